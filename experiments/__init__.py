@@ -1,0 +1,1 @@
+"""Experiment harness, benchmarks, figure scripts and the ``remat`` CLI."""

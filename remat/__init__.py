@@ -1,0 +1,45 @@
+"""remat: rematerialization policies for JAX.
+
+``Graph``, ``Plan``, ``simulate`` and ``load_graph`` import no JAX; the JAX-side entry points
+(``extract``, ``value_and_grad``, ``execute``, ``measure``, ``zoo``, ``devices``) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from remat import errors
+from remat.budget import resolve_budget
+from remat.graph import Graph, Node, chain_graph, make_graph
+from remat.graph_io import load_graph
+from remat.plan import Plan
+from remat.simulate import Report, simulate
+
+_LAZY = {
+    "extract": ("remat.extract", "extract"),
+    "value_and_grad": ("remat.apply", "value_and_grad"),
+    "grad": ("remat.apply", "grad"),
+    "checkpoint": ("remat.apply", "checkpoint"),
+    "checkpoint_policy": ("remat.apply", "checkpoint_policy"),
+    "execute": ("remat.executor", "execute"),
+    "ExecStats": ("remat.executor", "ExecStats"),
+    "measure": ("remat.measure", "measure"),
+    "Measurement": ("remat.measure", "Measurement"),
+    "zoo": ("remat.zoo", None),
+    "devices": ("remat.devices", None),
+}
+
+__all__ = [
+    "Graph", "Node", "Plan", "Report", "simulate", "load_graph", "make_graph", "chain_graph",
+    "resolve_budget", "errors", *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        m = importlib.import_module(mod)
+        value = m if attr is None else getattr(m, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'remat' has no attribute {name!r}")

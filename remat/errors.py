@@ -1,0 +1,129 @@
+"""Typed exceptions for the whole project (remat, policies, solvers, experiments).
+
+Every public function that rejects its input raises one of these, never a bare ``assert``.
+``solvers`` (which never imports jax) also raises them; this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RematError(Exception):
+    """Base class of every error raised by remat."""
+
+
+class InvalidGraphError(RematError, ValueError):
+    """A training graph is malformed (cycle, missing attribute, negative size, bad edge).
+
+    Attributes:
+      node: the offending node's name or index, when one is to blame.
+    """
+
+    def __init__(self, message: str, *, node: Any = None):
+        self.node = node
+        super().__init__(message if node is None else f"{message} (node {node!r})")
+
+
+class InvalidPlanError(RematError, ValueError):
+    """A plan is illegal for its graph: an input is absent when a node runs, bad shapes, ..."""
+
+    def __init__(self, message: str, *, step: int | None = None, node: Any = None):
+        self.step = step
+        self.node = node
+        where = []
+        if step is not None:
+            where.append(f"step {step}")
+        if node is not None:
+            where.append(f"node {node!r}")
+        super().__init__(message + (f" ({', '.join(where)})" if where else ""))
+
+
+class InfeasibleBudgetError(RematError, ValueError):
+    """No schedule fits the memory budget.
+
+    Attributes:
+      budget: the budget that was asked for, in bytes.
+      min_feasible_bytes: the smallest budget (bytes) for which a schedule exists under the
+        policy's memory model, computed (not guessed) by the policy or solver.
+    """
+
+    def __init__(self, budget: float, min_feasible_bytes: float, message: str = ""):
+        self.budget = budget
+        self.min_feasible_bytes = min_feasible_bytes
+        text = (
+            f"budget {format_bytes(budget)} is infeasible; the smallest feasible budget is "
+            f"{format_bytes(min_feasible_bytes)} ({int(min_feasible_bytes)} bytes)"
+        )
+        super().__init__(text + (f": {message}" if message else ""))
+
+
+class SolverTimeoutError(RematError, TimeoutError):
+    """A solver hit its time limit without any feasible incumbent to return.
+
+    (With an incumbent, solvers return it with ``status="time_limit"`` instead of raising.)
+
+    Attributes:
+      incumbent: the best solution object found, or ``None``.
+      bound: the best proven bound on the objective, when the solver has one.
+    """
+
+    def __init__(self, message: str, *, incumbent: Any = None, bound: float | None = None):
+        self.incumbent = incumbent
+        self.bound = bound
+        super().__init__(message)
+
+
+class SolverError(RematError, RuntimeError):
+    """A solver failed for a reason other than infeasibility or a time-out."""
+
+
+class UnsupportedPrimitiveError(RematError, NotImplementedError):
+    """Extraction met a JAX primitive it cannot model.
+
+    Attributes:
+      primitive: the primitive's name.
+      where: where it came from (source line and name stack), when known.
+    """
+
+    def __init__(self, primitive: str, where: str = "", message: str = ""):
+        self.primitive = primitive
+        self.where = where
+        text = f"unsupported primitive {primitive!r}"
+        if where:
+            text += f" at {where}"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+
+class ExtractionError(RematError, ValueError):
+    """The function handed to ``remat.extract`` cannot be turned into a training graph
+    (non-scalar loss, non-differentiable output, ...)."""
+
+
+class BudgetFormatError(RematError, ValueError):
+    """A budget string or number cannot be parsed (e.g. ``"60 percent"``)."""
+
+
+class UnknownNameError(RematError, KeyError):
+    """A registry lookup (policy, device profile, zoo model) failed; lists what exists."""
+
+    def __init__(self, kind: str, name: str, available: list[str]):
+        self.kind = kind
+        self.name = name
+        self.available = list(available)
+        super().__init__(f"unknown {kind} {name!r}; available: {', '.join(sorted(available))}")
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return self.args[0]
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable byte count, e.g. ``format_bytes(3 * 2**20) == '3.00 MiB'``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"

@@ -1,0 +1,93 @@
+"""Predict what a plan costs: peak memory, compute time, energy, overhead, memory timeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from remat.graph import Graph
+from remat.plan import Plan
+from remat.schedule import replay
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Simulated cost of a plan on a graph.
+
+    Attributes:
+      peak_bytes: peak resident activation bytes (stage outputs; parameters excluded).
+      compute_time_s: sum of ``time_s`` over every (re)computation (graph cost units for loaded
+        graphs).
+      energy_j: compute energy plus paging energy, joules (0 when the graph has no energy model).
+      overhead: ``compute_time_s`` over checkpoint-all's (running every node once); 1.0 = no
+        recomputation.
+      recomputations: node executions beyond the first.
+      paging_time_s, paging_energy_j, bytes_paged: paging costs (POET plans), else 0.
+      timeline: ``dict`` of arrays ``step``, ``node``, ``live_bytes`` (one entry per compute event).
+      static_bytes: parameter plus input bytes, resident throughout (not in ``peak_bytes``).
+    """
+
+    peak_bytes: int
+    compute_time_s: float
+    energy_j: float
+    overhead: float
+    recomputations: int
+    paging_time_s: float = 0.0
+    paging_energy_j: float = 0.0
+    bytes_paged: int = 0
+    timeline: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    static_bytes: int = 0
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def total_peak_bytes(self) -> int:
+        """``peak_bytes + static_bytes``."""
+        return self.peak_bytes + self.static_bytes
+
+
+def simulate(graph: Graph, plan: Plan, device=None) -> Report:
+    """Simulate ``plan`` on ``graph``.
+
+    Args:
+      graph: the training graph.
+      plan: a plan for it (validated here; an illegal plan raises ``InvalidPlanError``).
+      device: optional device profile (``remat.devices``); when given, per-node time and energy
+        are re-modelled from FLOPs and bytes and paging costs use its storage model.
+
+    Returns:
+      A :class:`Report`.
+    """
+    plan.validate(graph)
+    rep = replay(graph, plan, strict=False)
+    counts = plan.R.sum(axis=0)
+    if device is not None:
+        times, energies = device.node_costs(graph)
+    else:
+        times, energies = graph.costs, graph.energies
+    compute = float(counts @ times)
+    energy = float(counts @ energies)
+    base = float(times.sum())
+    paged = 0
+    ptime = penergy = 0.0
+    if plan.page_out is not None:
+        sizes = graph.sizes
+        out_b = int(plan.page_out.sum(axis=0) @ sizes)
+        in_b = int(plan.page_in.sum(axis=0) @ sizes)
+        paged = out_b + in_b
+        if device is not None and hasattr(device, "page_costs"):
+            ptime, penergy = device.page_costs(out_b, in_b)
+    return Report(
+        peak_bytes=rep.peak_bytes,
+        compute_time_s=compute,
+        energy_j=energy + penergy,
+        overhead=compute / base if base > 0 else 1.0,
+        recomputations=int(counts.sum() - graph.n),
+        paging_time_s=ptime,
+        paging_energy_j=penergy,
+        bytes_paged=paged,
+        timeline={"step": rep.step, "node": rep.node, "live_bytes": rep.live_bytes},
+        static_bytes=int(graph.param_bytes + graph.input_bytes),
+        meta={"policy": plan.meta.get("policy"), "status": plan.meta.get("status")},
+    )

@@ -1,0 +1,1 @@
+"""Array-level solvers (MILP/LP/DP). Never imports jax."""
