@@ -102,6 +102,11 @@ class ExtractionError(RematError, ValueError):
     (non-scalar loss, non-differentiable output, ...)."""
 
 
+class MicrobatchError(RematError, ValueError):
+    """Micro-batching cannot split the arguments (``microbatches`` not a positive integer, not
+    dividing the batch size, or no batch axis to split)."""
+
+
 class BudgetFormatError(RematError, ValueError):
     """A budget string or number cannot be parsed (e.g. ``"60 percent"``)."""
 
