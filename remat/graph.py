@@ -178,6 +178,14 @@ class Graph:
 
         Memory at step ``t`` = ``out_bytes[t]`` + every earlier output still needed at step ``t``
         or later (an output is freed right after its last reader); parameters are not counted.
+        A relative budget ``m`` is ``ceil(m * no_remat_peak())`` bytes
+        (``remat.resolve_budget("90%", g)`` or ``"0.9x"``), as in Moccasin (``main.py``:
+        ``B = math.ceil(topo_mem * mul)``, ``topo_mem`` from ``util.get_mem_from_schedule``)
+        and the Checkmate budget sweeps. Equals the replayed peak of
+        :func:`policies.checkpoint_all_plan`.
+
+        Returns:
+          Peak bytes (int); 0 for an empty graph.
         """
         n = self.n
         # live interval of output i is [i, last_reader[i]]; sweep with a difference array.
