@@ -1,0 +1,464 @@
+"""Solver benchmark on the published Checkmate graphs and Moccasin's random layered DAGs.
+
+For every graph in ``../shared/benchmarks/checkmate-graphs`` and every budget multiplier ``m``
+(default 0.9, 0.8, 0.7, 0.6), the budget is the peers' rule ``ceil(m * no_remat_peak)`` bytes
+(:meth:`remat.Graph.no_remat_peak`; Moccasin ``main.py``), and three methods run:
+
+* ``milp``: the exact Checkmate MILP, ``policies.Checkmate(time_limit=T)``;
+* ``lp``: LP relaxation plus rounding, ``policies.Checkmate(relax="lp", time_limit=T)``;
+* ``heuristic``: every registered heuristic among ``--heuristics`` (SqrtN, greedy, ChainDP, ...)
+  that applies to the graph; the row keeps the cheapest whose plan fits the budget.
+
+For each returned plan the harness recomputes, from the plan's R/S matrices alone:
+``objective`` = sum over executions of the node's cost (profiled units), ``overhead`` =
+objective / cost of running every node once, and ``peak_bytes`` by
+:func:`remat.schedule.replay` (which shares no code with the MILP builder), and checks
+``peak_bytes <= budget`` (``status`` = ``ok`` or ``over_budget``; an illegal plan is
+``invalid_plan``).  A budget below the largest single step's need (a node's output plus its
+inputs, ``min_step_bytes``) is reported as ``infeasible_proven`` without calling a solver.
+Solver infeasibility (:class:`~remat.errors.InfeasibleBudgetError`) is ``infeasible`` with the
+solver's ``min_feasible_bytes``; every other exception is recorded in ``status``/``error``.
+Each instance runs in a child process with a hard wall-clock limit (``--hard-timeout``,
+``killed_wallclock``) and an address-space limit (``--mem-limit-gb``; ``crashed`` when the child
+dies), so one instance can never stop the sweep.
+
+Rows are appended (and flushed) as each instance finishes; a re-run skips finished
+(graph, m, method) rows, so an interrupted sweep loses nothing.  Rows with status
+``unavailable`` (policy not registered) or ``skipped`` (``--max-nodes``) are retried.
+
+Command that made ``experiments/results/published_benchmark.csv`` and ``.md`` (2-core CPU, HiGHS;
+see the ``.md`` header for what the committed run covers):
+
+    python -m experiments.solver_benchmark_published --time-limit 60 --max-nodes 400
+
+The full protocol (300 s per solve, every graph) is the default:
+
+    python -m experiments.solver_benchmark_published
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BENCH = Path(
+    os.environ.get("REMAT_BENCHMARKS", ROOT / ".." / "shared" / "benchmarks" / "checkmate-graphs")
+)
+DEFAULT_OUT = ROOT / "experiments" / "results" / "published_benchmark.csv"
+METHODS = ("milp", "lp", "heuristic")
+DEFAULT_HEURISTICS = (
+    "sqrtn", "sqrt_n", "chen_sqrtn", "greedy", "chen_greedy", "chain_dp", "griewank", "revolve",
+)
+RETRY_STATUSES = {"unavailable", "skipped"}
+FIELDS = [
+    "graph", "n", "edges", "m", "budget_bytes", "no_remat_peak_bytes", "min_step_bytes",
+    "method", "policy", "status", "solver_status", "objective", "no_remat_objective", "overhead",
+    "peak_bytes", "peak_over_budget", "peak_ok", "gap", "solve_time_s", "wall_s",
+    "min_feasible_bytes", "recomputations", "steps", "time_limit_s", "error", "detail",
+    "finished_at", "command",
+]
+
+
+# ----------------------------------------------------------------------------- measurements
+def min_step_bytes(graph) -> int:
+    """Largest single-step need: ``max_v out_bytes[v] + sum(out_bytes[u] for u in preds(v))``.
+
+    No schedule under the replay model can run node ``v`` with less resident memory, so a
+    budget below this is provably infeasible (Moccasin ``util.max_degree_ram``).
+    """
+    sizes = graph.sizes
+    need = sizes.copy()
+    e = graph.edge_array
+    if len(e):
+        np.add.at(need, e[:, 1], sizes[e[:, 0]])
+    return int(need.max()) if graph.n else 0
+
+
+def measure_plan(graph, plan, budget: int) -> dict[str, Any]:
+    """Objective, overhead and replayed peak of ``plan`` (computed here from R/S alone)."""
+    from remat.errors import InvalidPlanError
+    from remat.schedule import replay
+
+    counts = plan.R.sum(axis=0).astype(np.int64)
+    costs = graph.costs
+    objective = float(counts @ costs)
+    base = float(costs.sum())
+    row: dict[str, Any] = {
+        "solver_status": plan.meta.get("status", ""),
+        "objective": objective,
+        "no_remat_objective": base,
+        "overhead": objective / base if base > 0 else 1.0,
+        "recomputations": int(counts.sum() - graph.n),
+        "steps": int(plan.R.shape[0]),
+        "gap": plan.meta.get("gap", ""),
+        "solve_time_s": plan.meta.get("solve_time_s", ""),
+    }
+    try:
+        plan.validate(graph)
+        peak = replay(graph, plan, strict=True).peak_bytes
+    except InvalidPlanError as exc:
+        row.update(status="invalid_plan", error=f"InvalidPlanError: {exc}")
+        return row
+    row.update(
+        peak_bytes=int(peak),
+        peak_over_budget=peak / budget if budget else "",
+        peak_ok=bool(peak <= budget),
+        status="ok" if peak <= budget else "over_budget",
+    )
+    return row
+
+
+def _not_applicable_types() -> tuple[type[BaseException], ...]:
+    from remat import errors
+
+    names = [n for n in dir(errors) if "NotApplicable" in n or "UnsupportedGraph" in n]
+    return tuple(getattr(errors, n) for n in names if isinstance(getattr(errors, n), type))
+
+
+def _make(name: str, **options):
+    import inspect
+
+    import policies
+
+    cls = policies.base._REGISTRY[name]
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}
+    return policies.get(name, **{k: v for k, v in options.items() if k in params})
+
+
+def _run_policy(graph, name: str, budget: int, **options) -> dict[str, Any]:
+    """Plan with one policy; classify every outcome into a row fragment."""
+    from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+
+    t0 = time.perf_counter()
+    try:
+        plan = _make(name, **options).plan(graph, budget=budget)
+    except InfeasibleBudgetError as exc:
+        return {"status": "infeasible", "min_feasible_bytes": int(exc.min_feasible_bytes),
+                "error": str(exc)[:300], "wall_s": time.perf_counter() - t0}
+    except SolverTimeoutError as exc:
+        return {"status": "timeout_no_incumbent", "error": str(exc)[:300],
+                "gap": "", "wall_s": time.perf_counter() - t0}
+    except _not_applicable_types() as exc:
+        return {"status": "not_applicable", "error": f"{type(exc).__name__}: {exc}"[:300],
+                "wall_s": time.perf_counter() - t0}
+    except MemoryError:
+        return {"status": "error", "error": "MemoryError (address-space limit)",
+                "wall_s": time.perf_counter() - t0}
+    except Exception as exc:  # recorded, never silently dropped
+        tb = traceback.format_exc(limit=3).replace("\n", " | ")
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc} || {tb}"[:600],
+                "wall_s": time.perf_counter() - t0}
+    wall = time.perf_counter() - t0
+    row = measure_plan(graph, plan, budget)
+    row.update(policy=name, wall_s=wall)
+    return row
+
+
+def solve_instance(path: str, method: str, budget: int, time_limit: float,
+                   heuristics: Sequence[str]) -> dict[str, Any]:
+    """One (graph, budget, method) instance; runs in the child process."""
+    import policies
+    import remat
+
+    graph = remat.load_graph(path)
+    registered = set(policies.available())
+    if method in ("milp", "lp"):
+        if "checkmate" not in registered:
+            return {"status": "unavailable", "error": "policy 'checkmate' is not registered"}
+        opts: dict[str, Any] = {"time_limit": time_limit}
+        if method == "lp":
+            opts["relax"] = "lp"
+        row = _run_policy(graph, "checkmate", budget, **opts)
+        row["policy"] = "checkmate" + ("(relax=lp)" if method == "lp" else "")
+        return row
+    cands = [h for h in heuristics if h in registered]
+    if not cands:
+        return {"status": "unavailable",
+                "error": f"none of {list(heuristics)} is registered ({sorted(registered)})"}
+    tried, best, mins = [], None, []
+    t0 = time.perf_counter()
+    for name in cands:
+        r = _run_policy(graph, name, budget)
+        if r.get("min_feasible_bytes") not in (None, ""):
+            mins.append(int(r["min_feasible_bytes"]))
+        desc = r["status"]
+        if "overhead" in r and r["status"] in ("ok", "over_budget"):
+            desc += f" overhead={r['overhead']:.4f} peak/budget={r.get('peak_over_budget', 0):.3f}"
+        tried.append(f"{name}: {desc}")
+        if r["status"] == "ok" and (best is None or r["objective"] < best["objective"]):
+            best = r
+    detail = "; ".join(tried)
+    if best is not None:
+        best = dict(best, detail=detail, wall_s=time.perf_counter() - t0)
+        return best
+    return {"status": "infeasible" if any("infeasible" in t or "over_budget" in t for t in tried)
+            else "not_applicable", "detail": detail, "wall_s": time.perf_counter() - t0,
+            "policy": ",".join(cands), **({"min_feasible_bytes": min(mins)} if mins else {})}
+
+
+def _child(conn, mem_limit_gb, args) -> None:
+    try:
+        if mem_limit_gb:
+            import resource
+
+            lim = int(mem_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        conn.send(solve_instance(*args))
+    except BaseException as exc:  # noqa: BLE001 - report anything, even SystemExit
+        conn.send({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:600]})
+    finally:
+        conn.close()
+
+
+def run_isolated(args: tuple, hard_timeout: float, mem_limit_gb: float | None) -> dict[str, Any]:
+    """``solve_instance(*args)`` in a forked child with a wall-clock and memory limit."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, mem_limit_gb, args), daemon=True)
+    t0 = time.perf_counter()
+    proc.start()
+    send.close()
+    result = None
+    answered = recv.poll(hard_timeout)
+    if answered:
+        try:
+            result = recv.recv()
+        except EOFError:  # the child died without answering (killed for memory, abort, ...)
+            result = None
+    wall = time.perf_counter() - t0
+    proc.join(10 if answered else 0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if not answered:
+        return {"status": "killed_wallclock", "wall_s": wall,
+                "error": f"no answer within the hard limit of {hard_timeout:.0f} s"}
+    if result is None:
+        return {"status": "crashed", "wall_s": wall,
+                "error": f"child exited with code {proc.exitcode} (out of memory?)"}
+    result.setdefault("wall_s", wall)
+    return result
+
+
+# ----------------------------------------------------------------------------- the sweep
+def read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _fmt_m(m: float) -> str:
+    return f"{m:g}"
+
+
+def instances(files: Sequence[Path], mults: Sequence[float], methods: Sequence[str]):
+    """Yield (graph, path, m, method) smallest graph first, loosest budget first."""
+    import remat
+
+    graphs = sorted(((remat.load_graph(p), p) for p in files), key=lambda gp: (gp[0].n, gp[1].name))
+    for g, p in graphs:
+        for m in mults:
+            for method in methods:
+                yield g, p, m, method
+
+
+def sweep(args) -> list[dict[str, str]]:
+    from tqdm.auto import tqdm
+
+    import remat
+
+    files = sorted(Path(args.bench_dir).glob("*.json"))
+    if args.graphs:
+        files = [p for p in files if any(s in p.name for s in args.graphs)]
+    if not files:
+        raise SystemExit(f"no benchmark graphs under {args.bench_dir}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = read_rows(out)
+    done = {(r["graph"], r["m"], r["method"]) for r in old if r["status"] not in RETRY_STATUSES}
+    if args.retry_failed:
+        done = {(r["graph"], r["m"], r["method"]) for r in old
+                if r["status"] in ("ok", "infeasible", "infeasible_proven", "not_applicable")}
+    todo = [i for i in instances(files, args.mults, args.methods)
+            if (i[0].name, _fmt_m(i[2]), i[3]) not in done]
+    # keep only the newest row per key in the file when re-running (rewrite without the stale ones)
+    stale = {(i[0].name, _fmt_m(i[2]), i[3]) for i in todo}
+    kept = [r for r in old if (r["graph"], r["m"], r["method"]) not in stale]
+    if len(kept) != len(old) or not out.exists():
+        with open(out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(kept)
+    hard = args.hard_timeout or (3 * args.time_limit + 120)
+    bar = tqdm(todo, desc="published benchmark", unit="inst", file=sys.stderr)
+    for g, p, m, method in bar:
+        bar.set_postfix_str(f"{g.name[:22]} m={_fmt_m(m)} {method}")
+        budget = remat.resolve_budget(f"{_fmt_m(m)}x", g)
+        need = min_step_bytes(g)
+        row: dict[str, Any] = {
+            "graph": g.name, "n": g.n, "edges": len(g.edges), "m": _fmt_m(m),
+            "budget_bytes": budget, "no_remat_peak_bytes": g.no_remat_peak(),
+            "min_step_bytes": need, "method": method, "time_limit_s": args.time_limit,
+            "command": args.command,
+        }
+        if budget < need:
+            row.update(status="infeasible_proven", wall_s=0.0, detail=(
+                f"budget {budget} < largest single-step need {need} (no solver called)"))
+        elif method in ("milp", "lp") and args.max_nodes and g.n > args.max_nodes:
+            row.update(status="skipped", detail=f"n={g.n} > --max-nodes {args.max_nodes}")
+        else:
+            row.update(run_isolated((str(p), method, budget, args.time_limit,
+                                     tuple(args.heuristics)), hard, args.mem_limit_gb))
+        row["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        with open(out, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore").writerow(row)
+            f.flush()
+            os.fsync(f.fileno())
+        bar.write(f"{g.name[:30]:30s} m={_fmt_m(m)} {method:9s} {row.get('status')}"
+                  f" overhead={row.get('overhead', '')} wall={float(row.get('wall_s') or 0):.1f}s")
+    return read_rows(out)
+
+
+# ----------------------------------------------------------------------------- summary
+def _f(x: str, fmt: str = "{:.3f}") -> str:
+    try:
+        return fmt.format(float(x))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _bytes(x: str | int) -> str:
+    b = int(float(x))
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b} B"
+
+
+def _cell(r: dict[str, str] | None) -> str:
+    if r is None:
+        return "not run"
+    st = r["status"]
+    if st == "ok":
+        s = f"{_f(r['overhead'])}"
+        extra = []
+        if r.get("solver_status") and r["solver_status"] not in ("optimal",):
+            extra.append(r["solver_status"])
+        if r.get("gap") not in ("", None) and _f(r["gap"], "{:.2%}") and float(r["gap"]) > 1e-6:
+            extra.append(f"gap {_f(r['gap'], '{:.1%}')}")
+        if r.get("policy") and r["method"] == "heuristic":
+            extra.append(r["policy"])
+        extra.append(f"{_f(r['wall_s'], '{:.1f}')} s")
+        return s + " (" + ", ".join(extra) + ")"
+    if st == "infeasible" and r.get("min_feasible_bytes"):
+        return f"infeasible (min feasible {_bytes(r['min_feasible_bytes'])})"
+    if st == "infeasible_proven":
+        return "infeasible (proven: < single-step need)"
+    return st + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
+
+
+def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
+    by = {(r["graph"], r["m"], r["method"]): r for r in rows}
+    keys = sorted({(r["graph"], int(r["n"]), r["m"]) for r in rows},
+                  key=lambda k: (k[1], k[0], -float(k[2])))
+    lines = [header, "",
+             "Cells: overhead = compute of the plan / compute of running every node once "
+             "(1.000 = no recomputation), solver status when not optimal, MILP gap, wall time. "
+             "Peaks are replayed from each plan's R/S (`remat.schedule.replay`) and checked "
+             "against the budget; `over_budget` marks a plan that does not fit.", "",
+             "| graph | n | m | budget | min step | MILP (exact) | LP rounding | best heuristic |",
+             "|---|---:|---:|---:|---:|---|---|---|"]
+    for g, n, m in keys:
+        any_row = next(r for r in rows if r["graph"] == g and r["m"] == m)
+        lines.append(
+            f"| {g} | {n} | {m} | {_bytes(any_row['budget_bytes'])} | "
+            f"{_bytes(any_row['min_step_bytes'])} | "
+            + " | ".join(_cell(by.get((g, m, k))) for k in METHODS) + " |")
+    # aggregates
+    lines.append("")
+    for meth in METHODS:
+        rs = [r for r in rows if r["method"] == meth]
+        ok = [r for r in rs if r["status"] == "ok"]
+        opt = [r for r in ok if r.get("solver_status") == "optimal"]
+        lines.append(
+            f"- {meth}: {len(rs)} rows, {len(ok)} feasible plans within budget"
+            + (f" ({len(opt)} proven optimal)" if meth == "milp" else "")
+            + (f", median overhead {np.median([float(r['overhead']) for r in ok]):.3f}" if ok else "")
+            + ", other statuses: "
+            + (", ".join(f"{s} {sum(r['status'] == s for r in rs)}"
+                         for s in sorted({r['status'] for r in rs} - {'ok'})) or "none"))
+    bad = [r for r in rows if r["status"] in ("over_budget", "invalid_plan")]
+    lines.append(f"- plans whose replayed peak exceeds the budget or that are illegal: {len(bad)}")
+    return "\n".join(lines) + "\n"
+
+
+def _git_rev() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench-dir", default=str(DEFAULT_BENCH))
+    ap.add_argument("--graphs", nargs="*", default=None, help="substrings of file names to keep")
+    ap.add_argument("--mults", nargs="*", type=float, default=[0.9, 0.8, 0.7, 0.6])
+    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--heuristics", nargs="*", default=list(DEFAULT_HEURISTICS))
+    ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per MILP/LP solve")
+    ap.add_argument("--hard-timeout", type=float, default=None,
+                    help="wall-clock kill per instance (default 3 x time limit + 120 s)")
+    ap.add_argument("--mem-limit-gb", type=float, default=12.0,
+                    help="address-space limit of each solver process (0: none)")
+    ap.add_argument("--max-nodes", type=int, default=0,
+                    help="skip MILP/LP on graphs with more nodes (0: no limit)")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="re-run rows that ended in error/timeout/kill")
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--md", default=None, help="markdown summary (default: --out with .md)")
+    ap.add_argument("--summary-only", action="store_true", help="only rewrite the summary")
+    args = ap.parse_args(argv)
+    args.command = "python -m experiments.solver_benchmark_published " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    rows = read_rows(Path(args.out)) if args.summary_only else sweep(args)
+    cmds = sorted({r.get("command", "") for r in rows} - {""})
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        hv = version("highspy")
+    except PackageNotFoundError:
+        hv = "not installed"
+    header = (
+        "# Solver benchmark on the published Checkmate / Moccasin graphs\n\n"
+        f"Summary written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC "
+        f"(git {_git_rev()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, highspy {hv}) from {len(rows)} rows made by: "
+        + "; ".join(f"`{c.strip()}`" for c in cmds)
+        + ".  Budget = ceil(m x no-remat peak) bytes (the Moccasin/Checkmate rule); the time "
+        "limit of each solve is the CSV column `time_limit_s`; `hard` kills and skips are "
+        "listed as such."
+    )
+    md = summary_markdown(rows, header)
+    print(md)
+    Path(args.md or Path(args.out).with_suffix(".md")).write_text(md)
+
+
+if __name__ == "__main__":
+    main()
