@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 from remat import errors
 from remat.budget import resolve_budget
@@ -35,11 +37,30 @@ __all__ = [
 ]
 
 
+class _CallableModule(types.ModuleType):
+    """A submodule named like its main function (``remat.extract``, ``remat.measure``): calling
+    the module calls the function, so ``remat.extract(...)`` works whether or not
+    ``remat.extract`` (the module) was imported first (the import system then binds the module)."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self, self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _LAZY.get(name, ("", None))[1] == name:
+            value.__class__ = _CallableModule
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         mod, attr = _LAZY[name]
         m = importlib.import_module(mod)
-        value = m if attr is None else getattr(m, attr)
+        value = m if attr is None or attr == mod.rsplit(".", 1)[1] else getattr(m, attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'remat' has no attribute {name!r}")
