@@ -1,0 +1,118 @@
+"""Checkmate (Jain et al., MLSys 2020): optimal rematerialization by MILP, or LP relaxation +
+rounding with ``relax="lp"``.
+
+The formulation lives in :mod:`solvers.checkmate`; this module turns a :class:`remat.Graph` into a
+:class:`solvers.checkmate.CheckmateProblem`, picks a warm start (checkpoint-all when it fits,
+otherwise the cheapest fitting schedule among the solver's own heuristics and, when importable,
+the ``ChainDP`` and ``SqrtN`` policies' plans if they are in frontier form), and wraps the result
+in a :class:`remat.Plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from policies.base import budget_bytes, checkpoint_all_plan, register
+from remat.errors import RematError
+from remat.graph import Graph
+from remat.plan import Plan
+from solvers.checkmate import (
+    CheckmateProblem,
+    best_heuristic,
+    normalize,
+    schedule_memory,
+    solve_checkmate,
+    solve_checkmate_lp,
+)
+
+
+@register("checkmate")
+@dataclasses.dataclass(frozen=True)
+class Checkmate:
+    """Optimal (MILP) or approximate (LP + rounding) rematerialization under a memory budget.
+
+    Args:
+      budget: bytes or a string (``"60%"`` of the no-remat peak, ``"512MiB"``); ``None`` = no limit.
+      time_limit: solver wall-clock limit in seconds.  On expiry the best schedule found is
+        returned with ``meta["status"] == "time_limit"`` and its gap.
+      mip_gap: relative optimality gap at which the MILP stops.
+      threads: HiGHS threads (``None``: HiGHS default).
+      relax: ``None`` for the exact MILP, ``"lp"`` for LP relaxation + rounding.
+      solver: ``"highs"`` (highspy, direct) or ``"cvxpy"`` (cvxpy's HiGHS; exact MILP only).
+      warm_start: start the MILP from the best available heuristic schedule.
+
+    ``plan(graph, budget=None)`` returns a :class:`remat.Plan` whose ``meta`` holds ``policy``,
+    ``budget``, ``status``, ``solve_time_s``, ``gap``, ``objective`` (compute cost of the plan, the
+    graph's ``time_s`` units), ``lower_bound`` (proven bound on the optimal cost), and ``peak_bytes``.
+
+    Raises:
+      InfeasibleBudgetError: with the computed ``min_feasible_bytes``.
+      SolverTimeoutError: no schedule found in time (only possible with ``warm_start=False``).
+    """
+
+    budget: int | str | None = None
+    time_limit: float = 60.0
+    mip_gap: float = 1e-4
+    threads: int | None = None
+    relax: str | None = None
+    solver: str = "highs"
+    warm_start: bool = True
+    name: str = dataclasses.field(default="checkmate", init=False)
+
+    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
+        t0 = time.perf_counter()
+        b = budget_bytes(graph, budget, self.budget)
+        if self.relax not in (None, "lp"):
+            raise RematError(f"relax must be None or 'lp', got {self.relax!r}")
+        if b is None or b >= graph.no_remat_peak():
+            p = checkpoint_all_plan(graph)
+            cost = float(graph.costs.sum())
+            return p.with_meta(policy=self.name, budget=b, status="optimal", gap=0.0,
+                               objective=cost, lower_bound=cost, peak_bytes=graph.no_remat_peak(),
+                               solve_time_s=time.perf_counter() - t0, method="checkpoint_all")
+        problem = CheckmateProblem.from_graph(graph, b)
+        if self.relax == "lp":
+            sol = solve_checkmate_lp(problem, time_limit=self.time_limit, threads=self.threads)
+        else:
+            warm = self._warm_start(graph, problem) if self.warm_start else None
+            sol = solve_checkmate(problem, time_limit=self.time_limit, mip_gap=self.mip_gap,
+                                  threads=self.threads, backend=self.solver, warm_start=warm)
+        meta = dict(sol.meta)
+        meta.update(policy=self.name, budget=b, status=sol.status, gap=sol.gap,
+                    objective=sol.objective, lower_bound=sol.lower_bound,
+                    peak_bytes=sol.peak_bytes, solve_time_s=time.perf_counter() - t0,
+                    solver_time_s=sol.solve_time_s, node_count=sol.node_count)
+        return Plan(R=sol.R, S=sol.S, meta=meta)
+
+    def _warm_start(self, graph: Graph, problem: CheckmateProblem):
+        """The cheapest fitting frontier-form schedule among the solver's heuristics and other
+        policies' plans (``ChainDP``, ``SqrtN``) when those exist and are frontier-form."""
+        b = problem.budget
+        cands = []
+        h = best_heuristic(problem, b)
+        if h is not None and h[3] <= b:
+            cands.append((h[4], h[1], h[2]))
+        import policies
+
+        for name in ("chain_dp", "chaindp", "sqrt_n", "sqrtn"):
+            if name not in policies.available():
+                continue
+            try:
+                other = policies.get(name).plan(graph, budget=b)
+            except (RematError, TypeError, ValueError):
+                continue
+            R, S = other.R, other.S
+            n = graph.n
+            if (R.shape != (n, n) or np.triu(R, 1).any() or np.triu(S).any()
+                    or not np.diag(R).all()):
+                continue
+            R, S = normalize(problem, R, S)
+            if schedule_memory(problem, R, S)[0] <= b:
+                cands.append((float(problem.costs @ R.sum(0)), R, S))
+        if not cands:
+            return "auto"
+        cands.sort(key=lambda c: c[0])
+        return cands[0][1], cands[0][2]

@@ -1,0 +1,299 @@
+"""Checkmate MILP and LP rounding, checked against an independent brute force and remat's replay.
+
+The brute force enumerates every frontier-advancing schedule of a tiny graph (n <= 7) by dynamic
+programming over the set of outputs carried between steps, with its own step-by-step memory
+evaluator written from the semantics in ``remat/plan.py``; every optimum it finds is turned into a
+``remat.Plan`` and re-checked with ``remat.simulate``.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import policies
+import remat
+from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+from remat.schedule import replay
+from solvers.checkmate import (
+    CheckmateProblem,
+    Formulation,
+    heuristic_schedules,
+    min_feasible_budget,
+    normalize,
+    schedule_memory,
+    solve_checkmate,
+    solve_checkmate_lp,
+)
+
+
+# ------------------------------------------------------------------------ brute force
+def _subsets(items):
+    items = list(items)
+    for r in range(len(items) + 1):
+        yield from itertools.combinations(items, r)
+
+
+def _step(sizes, preds, users, S_t, R_t, S_next):
+    """Peak bytes of one step, or None when illegal (a missing input or a bad carry)."""
+    comp = sorted(R_t)
+    live = set(S_t)
+    peak = sum(sizes[i] for i in live)
+
+    def wanted(i, pos):
+        return i in S_next or any(j in comp[pos:] for j in users[i])
+
+    live = {i for i in live if wanted(i, 0)}
+    for p, k in enumerate(comp):
+        if any(q not in live for q in preds[k]):
+            return None
+        live.add(k)
+        peak = max(peak, sum(sizes[i] for i in live))
+        live = {i for i in live if wanted(i, p + 1)}
+    if not set(S_next) <= live:
+        return None
+    return peak
+
+
+def _transitions(graph):
+    """Every legal step (t, S_t, R_t, S_next) with its cost and peak."""
+    n = graph.n
+    sizes = graph.sizes.tolist()
+    costs = graph.costs.tolist()
+    preds = [set(p) for p in graph.preds]
+    users = [set(u) for u in graph.succs]
+    out = []
+    states = {(): None}
+    for t in range(n):
+        nxt = set()
+        for S_t in states:
+            for extra in _subsets(range(t)):
+                R_t = set(extra) | {t}
+                resident = set(S_t) | R_t
+                nexts = [()] if t == n - 1 else list(_subsets(sorted(i for i in resident if i <= t)))
+                for S_n in nexts:
+                    pk = _step(sizes, preds, users, S_t, R_t, set(S_n))
+                    if pk is None:
+                        continue
+                    out.append((t, S_t, tuple(sorted(R_t)), S_n, sum(costs[i] for i in R_t), pk))
+                    nxt.add(S_n)
+        states = dict.fromkeys(nxt)
+    return out
+
+
+def brute_force(graph, budget, trans):
+    """Minimum cost over frontier schedules with peak <= budget: (cost, Plan) or (inf, None)."""
+    n = graph.n
+    best = {(): (0.0, [])}
+    for t in range(n):
+        new = {}
+        for tt, S_t, R_t, S_n, c, pk in trans:
+            if tt != t or pk > budget or S_t not in best:
+                continue
+            cost = best[S_t][0] + c
+            if S_n not in new or cost < new[S_n][0] - 1e-12:
+                new[S_n] = (cost, best[S_t][1] + [(S_t, R_t)])
+        best = new
+    if () not in best:
+        return math.inf, None
+    cost, steps = best[()]
+    R = np.zeros((n, n), bool)
+    S = np.zeros((n, n), bool)
+    for t, (S_t, R_t) in enumerate(steps):
+        R[t, list(R_t)] = True
+        S[t, list(S_t)] = True
+    return cost, remat.Plan(R=R, S=S)
+
+
+def _diamond(seed):
+    # a -> {b, c} -> d -> e, plus "backward" nodes reading forward values
+    rng = np.random.default_rng(seed)
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (1, 4), (4, 5), (2, 5), (0, 5)]
+    n = 6
+    return remat.make_graph(
+        [f"v{i}" for i in range(n)], edges,
+        out_bytes=rng.integers(1, 6, n).tolist(), time_s=rng.integers(1, 5, n).astype(float).tolist(),
+        name=f"diamond{seed}",
+    )
+
+
+def _graphs():
+    yield remat.chain_graph(3, sizes=[2, 1, 3], fwd_costs=[1.0, 3.0, 2.0])  # n = 7
+    yield remat.chain_graph(2, sizes=[4, 1], fwd_costs=[2.0, 1.0])  # n = 5
+    yield _diamond(0)
+    yield _diamond(1)
+
+
+def _check_plan(graph, sol, budget):
+    plan = remat.Plan(R=sol.R, S=sol.S)
+    plan.validate(graph)
+    rep = remat.simulate(graph, plan)
+    assert rep.peak_bytes <= budget
+    assert rep.peak_bytes == sol.peak_bytes
+    assert rep.compute_time_s == pytest.approx(sol.objective, rel=1e-9)
+    return rep
+
+
+@pytest.mark.parametrize("gi", range(4))
+def test_milp_equals_brute_force_at_every_budget(gi):
+    graph = list(_graphs())[gi]
+    trans = _transitions(graph)
+    P = CheckmateProblem.from_graph(graph)
+    top = graph.no_remat_peak()
+    feasible = []
+    for b in range(1, top + 1):
+        ref, ref_plan = brute_force(graph, b, trans)
+        if math.isinf(ref):
+            with pytest.raises(InfeasibleBudgetError):
+                solve_checkmate(P.with_budget(b), time_limit=20)
+            continue
+        feasible.append(b)
+        # the brute force's own optimum is legal and fits according to remat's replay
+        rep = remat.simulate(graph, ref_plan)
+        assert rep.peak_bytes <= b and rep.compute_time_s == pytest.approx(ref)
+        sol = solve_checkmate(P.with_budget(b), time_limit=20)
+        assert sol.status == "optimal"
+        assert sol.objective == pytest.approx(ref, rel=1e-9), (b, sol.objective, ref)
+        _check_plan(graph, sol, b)
+    # the smallest feasible budget is what InfeasibleBudgetError reports, and min - 1 raises
+    mn = feasible[0]
+    assert min_feasible_budget(P) == (mn, True)
+    with pytest.raises(InfeasibleBudgetError) as err:
+        solve_checkmate(P.with_budget(mn - 1), time_limit=20)
+    assert err.value.min_feasible_bytes == mn
+
+
+def test_formulation_variants_agree_with_the_paper_form():
+    graph = remat.chain_graph(3, sizes=[2, 1, 3], fwd_costs=[1.0, 3.0, 2.0])
+    P = CheckmateProblem.from_graph(graph)
+    P = P.with_budget(min_feasible_budget(P)[0] + 1)
+    assert P.budget < graph.no_remat_peak()
+    plain = solve_checkmate(P, formulation=Formulation(False, False, False), warm_start=None)
+    strong = solve_checkmate(P)
+    assert plain.objective == pytest.approx(strong.objective)
+
+
+def test_min_feasible_above_frontier_bound_uses_the_milp():
+    # a -> b, a -> c, b -> d, c -> d with big a: the frontier bound (d + b + c) is not attainable
+    # because a must stay until both b and c ran (or be recomputed, which needs nothing but
+    # memory for a again).  Brute force gives the true minimum.
+    g = remat.make_graph(["a", "b", "c", "d"], [(0, 1), (0, 2), (1, 3), (2, 3)],
+                         out_bytes=[5, 3, 3, 1], time_s=[1, 1, 1, 1])
+    trans = _transitions(g)
+    true_min = next(b for b in range(1, 30) if not math.isinf(brute_force(g, b, trans)[0]))
+    P = CheckmateProblem.from_graph(g)
+    assert P.frontier_lower_bound() < true_min
+    assert min_feasible_budget(P) == (true_min, True)
+    with pytest.raises(InfeasibleBudgetError) as err:
+        solve_checkmate(P.with_budget(true_min - 1))
+    assert err.value.min_feasible_bytes == true_min
+    assert solve_checkmate(P.with_budget(true_min)).peak_bytes <= true_min
+
+
+def test_schedule_memory_matches_replay_on_heuristics_and_random_schedules():
+    rng = np.random.default_rng(0)
+    g = remat.chain_graph(6, sizes=rng.integers(1, 9, 6).tolist(), fwd_costs=1.0)
+    P = CheckmateProblem.from_graph(g)
+    for _, R, S in heuristic_schedules(P):
+        plan = remat.Plan(R=R, S=S)
+        plan.validate(g)
+        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes
+    # random legal schedules (including wasteful ones): S random, R = everything needed
+    n = g.n
+    for _ in range(20):
+        S = np.tril(rng.random((n, n)) < 0.4, -1)
+        R = np.tril(rng.random((n, n)) < 0.3) | np.eye(n, dtype=bool)
+        R = R | np.tril(~S, -1)  # recompute whatever is not held: always legal
+        plan = remat.Plan(R=R, S=S)
+        # keep only carries that are legal
+        for t in range(n - 1):
+            S[t + 1] &= S[t] | R[t]
+        plan = remat.Plan(R=R, S=S)
+        plan.validate(g)
+        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes
+        Rn, Sn = normalize(P, R, S)
+        pn = remat.Plan(R=Rn, S=Sn)
+        pn.validate(g)
+        assert replay(g, pn).peak_bytes <= replay(g, plan).peak_bytes
+        assert Rn.sum() <= R.sum()
+
+
+@pytest.fixture(scope="module")
+def chain20():
+    rng = np.random.default_rng(7)
+    L = 10
+    return remat.chain_graph(L, sizes=rng.integers(1, 9, L) * 1024, fwd_costs=rng.uniform(0.5, 2, L))
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.7])
+def test_lp_rounding_between_bound_and_milp(chain20, frac):
+    b = math.ceil(frac * chain20.no_remat_peak())
+    P = CheckmateProblem.from_graph(chain20, b)
+    exact = solve_checkmate(P, time_limit=30)
+    assert exact.status == "optimal"
+    lp = solve_checkmate_lp(P, time_limit=30)
+    assert lp.objective >= exact.objective - 1e-9
+    assert exact.objective >= lp.lower_bound - 1e-6
+    assert lp.gap == pytest.approx((lp.objective - lp.lower_bound) / lp.objective)
+    _check_plan(chain20, lp, b)
+    _check_plan(chain20, exact, b)
+
+
+def test_highs_and_cvxpy_backends_agree(chain20):
+    b = math.ceil(0.5 * chain20.no_remat_peak())
+    P = CheckmateProblem.from_graph(chain20, b)
+    h = solve_checkmate(P, time_limit=30)
+    c = solve_checkmate(P, time_limit=30, backend="cvxpy")
+    assert h.status == c.status == "optimal"
+    assert c.objective == pytest.approx(h.objective, rel=1e-6)
+    _check_plan(chain20, c, b)
+
+
+def test_time_limit_returns_incumbent():
+    rng = np.random.default_rng(3)
+    L = 40
+    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
+    b = math.ceil(0.3 * g.no_remat_peak())
+    P = CheckmateProblem.from_graph(g, b)
+    sol = solve_checkmate(P, time_limit=1.0)
+    assert sol.status == "time_limit"
+    assert sol.lower_bound <= sol.objective and sol.gap > 0
+    assert sol.objective <= sol.meta["warm_start_objective"] + 1e-9
+    _check_plan(g, sol, b)
+    # without a warm start and with no time, there is no incumbent to return
+    with pytest.raises(SolverTimeoutError):
+        solve_checkmate(P, time_limit=0.05, warm_start=None,
+                        options={"mip_heuristic_effort": 0.0})
+
+
+# ---------------------------------------------------------------------------- policy
+def test_policy_registry_and_plan(chain20):
+    pol = policies.get("checkmate", budget="55%", time_limit=30)
+    plan = pol.plan(chain20)
+    b = remat.resolve_budget("55%", chain20)
+    plan.validate(chain20)
+    rep = remat.simulate(chain20, plan)
+    assert rep.peak_bytes <= b
+    for key in ("policy", "budget", "status", "solve_time_s", "gap", "objective", "lower_bound"):
+        assert key in plan.meta
+    assert plan.meta["policy"] == "checkmate" and plan.meta["budget"] == b
+    assert plan.meta["objective"] == pytest.approx(rep.compute_time_s)
+    # relax="lp" never beats the exact optimum
+    lp = policies.get("checkmate", relax="lp").plan(chain20, budget=b)
+    assert remat.simulate(chain20, lp).compute_time_s >= rep.compute_time_s - 1e-9
+
+
+def test_policy_checkpoint_all_shortcut_and_infeasible(chain20):
+    pol = policies.get("checkmate")
+    full = pol.plan(chain20, budget=chain20.no_remat_peak())
+    assert full.meta["status"] == "optimal"
+    assert np.array_equal(full.R, np.eye(chain20.n, dtype=bool))
+    P = CheckmateProblem.from_graph(chain20)
+    lb = P.frontier_lower_bound()
+    with pytest.raises(InfeasibleBudgetError) as err:
+        pol.plan(chain20, budget=lb - 1)
+    mn = err.value.min_feasible_bytes
+    assert mn >= lb
+    ok = pol.plan(chain20, budget=mn)
+    assert remat.simulate(chain20, ok).peak_bytes <= mn
