@@ -5,5 +5,7 @@
 
 from policies.base import Policy, available, checkpoint_all_plan, get, register
 from policies.checkpoint_all import CheckpointAll
+from policies.checkmate import Checkmate
+from policies.poet import Poet
 
 __all__ = ["Policy", "available", "get", "register", "checkpoint_all_plan", "CheckpointAll"]
