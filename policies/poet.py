@@ -36,9 +36,12 @@ def device_costs(graph: Graph, device) -> dict[str, np.ndarray]:
         z = np.zeros(n)
         return {"compute_time": graph.costs.copy(), "compute_energy": graph.energies.copy(),
                 "page_in_time": z, "page_in_energy": z, "page_out_time": z, "page_out_energy": z}
-    from remat import devices
+    if isinstance(device, str):
+        from remat import devices
 
-    dev = devices.get(device) if isinstance(device, str) else device
+        dev = devices.get(device)
+    else:
+        dev = device
     times, energies = dev.node_costs(graph)
     sizes = graph.sizes.astype(np.float64)
     ti, ei = dev.page_in_cost(sizes)

@@ -53,8 +53,10 @@ def simulate(graph: Graph, plan: Plan, device=None) -> Report:
     Args:
       graph: the training graph.
       plan: a plan for it (validated here; an illegal plan raises ``InvalidPlanError``).
-      device: optional device profile (``remat.devices``); when given, per-node time and energy
-        are re-modelled from FLOPs and bytes and paging costs use its storage model.
+      device: optional device profile (``remat.devices``) or its name; when given, per-node time
+        and energy are re-modelled from FLOPs and bytes, and each page move of node i's output
+        costs ``device.page_out_cost(out_bytes[i])`` / ``page_in_cost`` (time s, energy J),
+        reported as ``paging_time_s``/``paging_energy_j`` and included in ``energy_j``.
 
     Returns:
       A :class:`Report`.
@@ -62,6 +64,10 @@ def simulate(graph: Graph, plan: Plan, device=None) -> Report:
     plan.validate(graph)
     rep = replay(graph, plan, strict=False)
     counts = plan.R.sum(axis=0)
+    if isinstance(device, str):
+        from remat import devices
+
+        device = devices.get(device)
     if device is not None:
         times, energies = device.node_costs(graph)
     else:
@@ -71,13 +77,19 @@ def simulate(graph: Graph, plan: Plan, device=None) -> Report:
     base = float(times.sum())
     paged = 0
     ptime = penergy = 0.0
-    if plan.page_out is not None:
+    if plan.page_out is not None or plan.page_in is not None:
+        # POET eq. (2): each page move of node i's output costs the device's per-move time and
+        # energy (latency + bytes / bandwidth); no device -> bytes only
         sizes = graph.sizes
-        out_b = int(plan.page_out.sum(axis=0) @ sizes)
-        in_b = int(plan.page_in.sum(axis=0) @ sizes)
-        paged = out_b + in_b
-        if device is not None and hasattr(device, "page_costs"):
-            ptime, penergy = device.page_costs(out_b, in_b)
+        z = np.zeros(graph.n, dtype=np.int64)
+        n_out = plan.page_out.sum(axis=0) if plan.page_out is not None else z
+        n_in = plan.page_in.sum(axis=0) if plan.page_in is not None else z
+        paged = int(n_out @ sizes + n_in @ sizes)
+        if device is not None:
+            t_out, e_out = device.page_out_cost(sizes.astype(np.float64))
+            t_in, e_in = device.page_in_cost(sizes.astype(np.float64))
+            ptime = float(n_out @ np.broadcast_to(t_out, sizes.shape) + n_in @ np.broadcast_to(t_in, sizes.shape))
+            penergy = float(n_out @ np.broadcast_to(e_out, sizes.shape) + n_in @ np.broadcast_to(e_in, sizes.shape))
     return Report(
         peak_bytes=rep.peak_bytes,
         compute_time_s=compute,
