@@ -123,10 +123,30 @@ def measure_plan(graph, plan, budget: int) -> dict[str, Any]:
 
 
 def _not_applicable_types() -> tuple[type[BaseException], ...]:
+    """Errors meaning "this graph is outside the policy's scope".  The benchmark graphs passed
+    the loader's validation, so an ``InvalidGraphError`` from ``plan`` (ChainDP on a non-chain)
+    is such an error too, as is any ``remat.errors`` class named ``*NotApplicable*``."""
     from remat import errors
 
     names = [n for n in dir(errors) if "NotApplicable" in n or "UnsupportedGraph" in n]
-    return tuple(getattr(errors, n) for n in names if isinstance(getattr(errors, n), type))
+    found = tuple(getattr(errors, n) for n in names if isinstance(getattr(errors, n), type))
+    return (errors.InvalidGraphError, *found)
+
+
+def register_all_policies() -> list[str]:
+    """Import every module of the ``policies`` package so each registers itself, even the ones
+    ``policies/__init__.py`` does not import yet; return ``policies.available()``."""
+    import importlib
+    import pkgutil
+
+    import policies
+
+    for mod in pkgutil.iter_modules(policies.__path__):
+        try:
+            importlib.import_module(f"policies.{mod.name}")
+        except Exception as exc:  # noqa: BLE001 - a broken policy must not stop the sweep
+            print(f"warning: policies.{mod.name} does not import: {exc}", file=sys.stderr)
+    return policies.available()
 
 
 def _make(name: str, **options):
@@ -174,11 +194,10 @@ def _run_policy(graph, name: str, budget: int, **options) -> dict[str, Any]:
 def solve_instance(path: str, method: str, budget: int, time_limit: float,
                    heuristics: Sequence[str]) -> dict[str, Any]:
     """One (graph, budget, method) instance; runs in the child process."""
-    import policies
     import remat
 
     graph = remat.load_graph(path)
-    registered = set(policies.available())
+    registered = set(register_all_policies())
     if method in ("milp", "lp"):
         if "checkmate" not in registered:
             return {"status": "unavailable", "error": "policy 'checkmate' is not registered"}
@@ -294,7 +313,9 @@ def sweep(args) -> list[dict[str, str]]:
     out.parent.mkdir(parents=True, exist_ok=True)
     old = read_rows(out)
     done = {(r["graph"], r["m"], r["method"]) for r in old if r["status"] not in RETRY_STATUSES}
-    if args.retry_failed:
+    if args.force:
+        done = set()
+    elif args.retry_failed:
         done = {(r["graph"], r["m"], r["method"]) for r in old
                 if r["status"] in ("ok", "infeasible", "infeasible_proven", "not_applicable")}
     todo = [i for i in instances(files, args.mults, args.methods)
@@ -431,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="skip MILP/LP on graphs with more nodes (0: no limit)")
     ap.add_argument("--retry-failed", action="store_true",
                     help="re-run rows that ended in error/timeout/kill")
+    ap.add_argument("--force", action="store_true",
+                    help="re-run the selected instances even when finished (replaces their rows)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--md", default=None, help="markdown summary (default: --out with .md)")
     ap.add_argument("--summary-only", action="store_true", help="only rewrite the summary")
