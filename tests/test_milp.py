@@ -130,3 +130,18 @@ def test_partial_warm_start_and_bad_backend():
         m.solve("gurobi")
     with pytest.raises(SolverError):
         m.add_rows_coo([0], [99], [1.0], 1, hi=1)
+
+
+def test_add_coefficients_extends_existing_rows():
+    # x + y <= 1 built first, then z added to the same row: max x + y + z -> 1
+    m = MilpModel()
+    xy = m.add_vars("xy", 2, 0, 1, integer=True)
+    row = m.add_rows_coo([0, 0], xy, [1, 1], 1, hi=1.0, name="cap")
+    z = m.add_vars("z", 1, 0, 1, integer=True)
+    m.add_objective(np.r_[xy, z], -1.0)
+    assert m.solve().objective == pytest.approx(-2.0)
+    m.add_coefficients(m.row_block("cap"), z, 1.0)
+    assert list(row) == list(m.row_block("cap"))
+    assert m.solve().objective == pytest.approx(-1.0)
+    with pytest.raises(SolverError):
+        m.add_coefficients([5], z, 1.0)
