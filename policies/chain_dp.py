@@ -1,0 +1,124 @@
+"""ChainDP: the optimal persistent schedule of a sequential training graph (rotor-style DP).
+
+Beaumont et al. 2019, "Optimal checkpointing for heterogeneous chains" (rotor), re-derived for
+remat's memory model; the recursion, its memory terms and its complexity are documented in
+:mod:`solvers.chain_dp`.  This module recognises the chain inside a :class:`~remat.Graph`
+(:func:`chain_problem`), runs the DP and turns its operation sequence into a plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from policies.base import budget_bytes, checkpoint_all_plan, register
+from policies.from_checkpoints import plan_from_steps
+from remat.errors import InvalidGraphError, SolverError
+from remat.graph import Graph
+from remat.plan import Plan
+from remat.schedule import replay
+from solvers.chain_dp import ChainProblem, solve_chain
+
+
+def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
+    """Recognise the chain structure of ``graph``.
+
+    The forward chain is the longest prefix ``0 -> 1 -> ... -> K-1`` of nodes each reading only
+    the previous one (node 0 reads nothing); trailing prefix nodes read by one node only (the
+    loss) join the backward chain.  The remaining nodes, in index order, must each read the
+    previous one (``B_{k-1}``) plus forward values ``{x-1, x}`` or ``{x}``, right to left.
+
+    Returns:
+      ``(problem, fwd_nodes, bwd_nodes)``: the :class:`ChainProblem` and the graph node index of
+      each forward value ``v_j`` and backward node ``B_k``.
+
+    Raises:
+      InvalidGraphError: the graph is not such a chain (the message says where it breaks).
+    """
+    n = graph.n
+    preds, succs = graph.preds, graph.succs
+    K = 0
+    while K < n and preds[K] == ((K - 1,) if K else ()):
+        K += 1
+    while K > 1 and len(succs[K - 1]) == 1 and succs[K - 1][0] == K:
+        K -= 1  # the loss (read once, by the first backward node) belongs to the backward chain
+    if K == 0 or K == n:
+        raise InvalidGraphError(f"{graph.name}: no forward chain followed by a backward chain")
+    fwd = list(range(K))
+    bwd = list(range(K, n))
+    hi = np.full(len(bwd), -1, dtype=np.int64)
+    lo = np.full(len(bwd), -1, dtype=np.int64)
+    for k, v in enumerate(bwd):
+        ps = preds[v]
+        bp = [u for u in ps if u >= K]
+        fp = [u for u in ps if u < K]
+        if bp != ([v - 1] if k else []):
+            raise InvalidGraphError(
+                f"{graph.name}: backward node reads {[graph.nodes[u].name for u in bp]}, expected only "
+                "the previous backward node (not a chain)", node=graph.nodes[v].name)
+        if len(succs[v]) > (1 if v + 1 < n else 0) or (succs[v] and succs[v][0] != v + 1):
+            raise InvalidGraphError(f"{graph.name}: backward output read out of order (not a chain)",
+                                    node=graph.nodes[v].name)
+        if fp:
+            if len(fp) > 2 or fp[-1] - fp[0] > 1:
+                raise InvalidGraphError(
+                    f"{graph.name}: backward node reads forward values {fp}; ChainDP needs a layer's "
+                    "input and/or output only", node=graph.nodes[v].name)
+            hi[k], lo[k] = fp[-1], fp[0]
+    sizes, costs = graph.sizes, graph.costs
+    try:
+        prob = ChainProblem(
+            fwd_sizes=sizes[fwd], fwd_costs=costs[fwd], bwd_sizes=sizes[bwd], bwd_costs=costs[bwd],
+            bwd_hi=hi, bwd_lo=lo,
+        )
+    except InvalidGraphError as e:
+        raise InvalidGraphError(f"{graph.name}: {e}") from None
+    return prob, fwd, bwd
+
+
+def ops_to_steps(ops, fwd: list[int], bwd: list[int]) -> list[list[int]]:
+    """One step per operation: ``("f", j)`` -> ``[fwd[j]]``, ``("b", k)`` -> ``[bwd[k]]``."""
+    return [[fwd[i]] if kind == "f" else [bwd[i]] for kind, i in ops]
+
+
+@register("chain_dp")
+@dataclasses.dataclass(frozen=True)
+class ChainDP:
+    """Optimal persistent checkpointing of a chain (Beaumont et al. 2019, rotor), for remat's
+    memory model.
+
+    Args:
+      budget: activation bytes (or ``"60%"``, ``"512MiB"``); ``None`` = unlimited (no
+        recomputation, as checkpoint-all).
+      max_levels: most memory levels in the DP table; beyond, sizes are rounded up (status
+        ``"feasible"`` instead of ``"optimal"``).
+
+    ``plan`` raises :class:`~remat.errors.InvalidGraphError` on a non-chain graph and
+    :class:`~remat.errors.InfeasibleBudgetError` (with the DP's exact minimum) on a too-small
+    budget.
+    """
+
+    budget: int | str | None = None
+    max_levels: int = 1024
+    name: str = dataclasses.field(default="chain_dp", init=False)
+
+    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
+        t0 = time.perf_counter()
+        b = budget_bytes(graph, budget, self.budget)
+        prob, fwd, bwd = chain_problem(graph)
+        if b is None or b >= graph.no_remat_peak():
+            p = checkpoint_all_plan(graph)
+            return p.with_meta(policy="chain_dp", budget=b, status="optimal",
+                               solve_time_s=time.perf_counter() - t0)
+        sol = solve_chain(prob, b, max_levels=self.max_levels)
+        plan = plan_from_steps(
+            graph, ops_to_steps(sol.ops, fwd, bwd), policy="chain_dp", budget=b,
+            status="optimal" if sol.exact else "feasible", dp_cost=sol.cost,
+            min_budget=sol.min_budget, dp_unit=sol.unit,
+        )
+        peak = replay(graph, plan, strict=True).peak_bytes
+        if peak > b:
+            raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
+        return plan.with_meta(solve_time_s=time.perf_counter() - t0)

@@ -1,0 +1,400 @@
+r"""Optimal persistent checkpointing of heterogeneous chains (rotor-style dynamic programme).
+
+Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing for heterogeneous
+chains: how to train deep neural networks with limited memory" (2019, rotor) solve chains with
+a DP over (segment, memory).  This module re-derives that DP for *remat's* memory model (the
+replay in ``remat/schedule.py``, equal to the Checkmate MILP's accounting): when a node runs,
+memory = every output held + its own output; an output may be freed right after any reader.
+
+Problem (:class:`ChainProblem`), all arrays on numpy, no jax:
+
+* a forward chain ``v_0 -> v_1 -> ... -> v_{K-1}`` (``v_0`` reads only the free input
+  ``v_{-1}``, size 0); ``s_j`` bytes and ``c_j`` cost each;
+* a backward chain ``B_0 -> B_1 -> ... -> B_{M-1}`` (``B_k`` reads ``B_{k-1}``'s output
+  ``G_{k-1}``), ``g_k`` bytes and ``bc_k`` cost each, and ``B_k`` also reads the forward values
+  ``need_k`` ⊆ ``{hi_k - 1, hi_k}`` with ``hi_k`` and ``lo_k = min need_k`` non-increasing in k
+  (the loss is ``B_0``; ``B_k`` for layer ``i`` reads its input and output, as in
+  ``remat.chain_graph`` and the published Checkmate graphs).
+
+Sub-problem (one per anchor ``a``, next backward ``k``, flag ``h``, memory ``m``):
+``F(a, k, h, m)`` = least compute cost to run ``B_k .. B_{e(a)}`` (every backward node with
+``lo >= a``) when ``v_a``, ``G_{k-1}`` and, if ``h``, ``v_{hi_k}`` are resident and at most ``m``
+bytes may be resident (those included).  With ``base = s_a + g_{k-1} + h·s_{hi_k}``:
+
+1. every input of ``B_k`` resident: run it (memory ``base + g_k``), then continue with
+   ``F(a, k+1, h', m)``, ``h' ∈ {0, keep v_x if B_{k+1} reads it}``;
+2. otherwise choose the first checkpoint ``j ∈ (a, hi_k]`` (``< hi_k`` when ``h``): run
+   ``v_{a+1} .. v_j`` keeping only the newest (memory ``base + s_{i-1} + s_i``), store ``v_j``;
+   if ``j = hi_k`` continue with ``F(a, k, 1, m)``; else solve the right part
+   ``F(j, k, h, m - s_a)`` (``v_a`` stays resident), then the left part
+   ``F(a, e(j)+1, h', m)`` where ``h'`` keeps ``v_j`` when the next backward node reads it.
+
+``F(a,k,h,m) = min`` over those options (``∞`` when a memory term exceeds ``m``); the answer is
+``F(-1, 0, 0, budget)``.  Persistent schedules (a stored checkpoint stays until its segment is
+done, as in rotor) are what this recursion enumerates; option 1's ``h' = 0`` and option 2's
+``h' = 0`` also allow dropping and later recomputing a checkpoint, which our model (where a
+layer's backward reads the layer's input *and* output) needs to reach the MILP's optimum.
+Backward nodes run exactly once.
+
+Complexity: ``O(K·M)`` states × 2 × ``O(K)`` first-checkpoint choices, each vectorised over the
+``Lv + 1`` memory levels: ``O(K²·M·Lv)`` time, ``O(K·M·Lv)`` memory.  Memory is counted in units
+of ``gcd`` of the sizes (exact) unless the budget needs more than ``max_levels`` units; then
+sizes are rounded *up* to ``ceil(budget / max_levels)`` (the plan still fits the real budget, the
+cost may be above the optimum; ``exact=False`` in the solution).  The smallest feasible budget
+comes from the same recursion with ``(min, max)`` in place of ``(min, +)`` and needs no
+discretisation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from functools import reduce
+
+import numpy as np
+
+from remat.errors import InfeasibleBudgetError, InvalidGraphError
+
+INF = np.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainProblem:
+    """A heterogeneous chain (see the module docstring).
+
+    Attributes:
+      fwd_sizes: ``int64[K]`` bytes of ``v_j``.
+      fwd_costs: ``float64[K]`` compute cost of ``v_j``.
+      bwd_sizes: ``int64[M]`` bytes of ``G_k``.
+      bwd_costs: ``float64[M]`` compute cost of ``B_k``.
+      bwd_hi: ``int64[M]`` highest forward index ``B_k`` reads, ``-1`` if none.
+      bwd_lo: ``int64[M]`` lowest forward index ``B_k`` reads (``hi - 1`` or ``hi``), ``-1`` if none.
+    """
+
+    fwd_sizes: np.ndarray
+    fwd_costs: np.ndarray
+    bwd_sizes: np.ndarray
+    bwd_costs: np.ndarray
+    bwd_hi: np.ndarray
+    bwd_lo: np.ndarray
+
+    def __post_init__(self) -> None:
+        for f, dt in (("fwd_sizes", np.int64), ("fwd_costs", np.float64), ("bwd_sizes", np.int64),
+                      ("bwd_costs", np.float64), ("bwd_hi", np.int64), ("bwd_lo", np.int64)):
+            object.__setattr__(self, f, np.asarray(getattr(self, f), dtype=dt).reshape(-1))
+        K, M = len(self.fwd_sizes), len(self.bwd_sizes)
+        if len(self.fwd_costs) != K or not (len(self.bwd_costs) == len(self.bwd_hi) == len(self.bwd_lo) == M):
+            raise InvalidGraphError("chain arrays have inconsistent lengths")
+        if K == 0 or M == 0:
+            raise InvalidGraphError("a chain needs at least one forward and one backward node")
+        hi, lo = self.bwd_hi, self.bwd_lo
+        if np.any((hi < 0) != (lo < 0)) or np.any(hi >= K) or np.any((hi - lo)[hi >= 0] > 1) or np.any(hi < lo):
+            raise InvalidGraphError("backward node must read forward values {hi-1, hi} or {hi}")
+        h, l_ = hi[hi >= 0], lo[hi >= 0]
+        if np.any(np.diff(h) > 0) or np.any(np.diff(l_) > 0):
+            raise InvalidGraphError("backward nodes must read forward values right to left")
+
+    @property
+    def K(self) -> int:
+        return len(self.fwd_sizes)
+
+    @property
+    def M(self) -> int:
+        return len(self.bwd_sizes)
+
+    def reads(self, k: int) -> tuple[int, ...]:
+        """Forward indices ``B_k`` reads."""
+        hi, lo = int(self.bwd_hi[k]), int(self.bwd_lo[k])
+        return () if hi < 0 else tuple(sorted({lo, hi}))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainSolution:
+    """Result of :func:`solve_chain`.
+
+    Attributes:
+      cost: total compute cost of the schedule (forward recomputations included).
+      ops: the schedule, ``("f", j)`` runs ``v_j``, ``("b", k)`` runs ``B_k``, in order.
+      min_budget: smallest feasible budget in bytes (exact, from the min-max recursion).
+      budget: the budget solved for (bytes).
+      unit: bytes per memory level used by the DP.
+      exact: True when no size was rounded (the cost is the optimum of the persistent class).
+      solve_time_s: wall time of the DP.
+    """
+
+    cost: float
+    ops: tuple[tuple[str, int], ...]
+    min_budget: int
+    budget: int
+    unit: int
+    exact: bool
+    solve_time_s: float
+
+
+class _Tables:
+    """Shared index helpers for both recursions."""
+
+    def __init__(self, p: ChainProblem, s: np.ndarray, g: np.ndarray):
+        K, M = p.K, p.M
+        self.K, self.M = K, M
+        self.s_ext = np.concatenate([[0], s]).astype(np.int64)  # s_ext[a + 1] = size of v_a
+        self.g_ext = np.concatenate([[0], g]).astype(np.int64)  # g_ext[k] = size of G_{k-1}
+        self.g = np.asarray(g, dtype=np.int64)
+        self.s = np.asarray(s, dtype=np.int64)
+        self.cumc = np.concatenate([[0.0], np.cumsum(p.fwd_costs)])
+        self.hi, self.lo = p.bwd_hi, p.bwd_lo
+        # effective lo (empty reads inherit the previous one; leading empties: +inf = K)
+        eff = np.empty(M, dtype=np.int64)
+        prev = K
+        for k in range(M):
+            if self.hi[k] >= 0:
+                prev = int(self.lo[k])
+            eff[k] = prev
+        self.eff_lo = eff
+        # e[a + 1] = last k with eff_lo >= a  (eff_lo non-increasing)
+        self.e = np.array([int(np.sum(eff >= a)) - 1 for a in range(-1, K)], dtype=np.int64)
+        # pair[i] = s_{i-1} + s_i  (working memory of computing v_i from v_{i-1})
+        self.pair = s + np.concatenate([[0], s[:-1]])
+
+    def need(self, k: int) -> tuple[int, ...]:
+        hi, lo = int(self.hi[k]), int(self.lo[k])
+        return () if hi < 0 else tuple(sorted({lo, hi}))
+
+    def keepable(self, a: int, k: int, x: int) -> bool:
+        """Can ``v_x`` be carried into state ``(a, k, h=1)``?"""
+        return k < self.M and k <= self.e[a + 1] and x > a and int(self.hi[k]) == x
+
+    def sweep_mem(self, a: int, jmax: int) -> np.ndarray:
+        """``int64[jmax - a]``: max working bytes of running ``v_{a+1} .. v_j`` for each j."""
+        w = self.pair[a + 1 : jmax + 1].copy()
+        w[0] = self.s[a + 1]  # v_a is the anchor, counted in base
+        return np.maximum.accumulate(w)
+
+
+def _check_recursion(K: int) -> None:
+    need = 4 * K + 200
+    if sys.getrecursionlimit() < need:
+        sys.setrecursionlimit(need)
+
+
+class _DP:
+    """The recursion of the module docstring, tabulated.
+
+    ``F[q, a + 1, k, h]`` holds the state ``(p, a, k, h)`` where ``q = p + 1`` is the nearest
+    *resident* anchor below ``a`` (only with anchor dropping; else ``q = 0``).  In
+    ``mode="cost"`` each entry is a ``float64[Lv + 1]`` array over memory levels; in
+    ``mode="mem"`` a scalar: the least peak (bytes) of the sub-schedule.  Each state's options
+    are evaluated for every parent ``p`` and every first checkpoint ``j`` at once.
+    """
+
+    def __init__(self, tb: _Tables, bwd_costs: np.ndarray, drop: bool, mode: str, Lv: int = 0):
+        self.tb, self.bc, self.drop, self.mode, self.Lv = tb, bwd_costs, drop, mode, Lv
+        K, M = tb.K, tb.M
+        P = K + 1 if drop else 1
+        shape = (P, K + 1, M + 1, 2) + ((Lv + 1,) if mode == "cost" else ())
+        self.F = np.full(shape, INF)
+        self.F[:, :, M] = 0.0
+        self.m = np.arange(Lv + 1)
+
+    def nparents(self, a: int) -> int:
+        """Parents ``p = -1 .. a-1`` of anchor ``a`` (rows ``q = 0 .. a``); 1 row without dropping."""
+        return a + 1 if (self.drop and a >= 0) else 1
+
+    def q(self, p: int, a: int) -> int:
+        return p + 1 if (self.drop and a >= 0) else 0
+
+    def fill(self) -> None:
+        tb, F = self.tb, self.F
+        for a in range(tb.K - 1, -2, -1):
+            P = self.nparents(a)
+            for k in range(tb.M - 1, -1, -1):
+                if k > tb.e[a + 1]:
+                    F[:P, a + 1, k] = 0.0
+                    continue
+                for h in (1, 0):
+                    vals, _ = self.options(a, k, h)
+                    if vals is not None:
+                        F[:P, a + 1, k, h] = vals.min(axis=1)
+
+    def options(self, a: int, k: int, h: int, Lv: int | None = None):
+        """All options of the states ``(p, a, k, h)`` for every parent p.
+
+        Returns ``(vals, descs)``: ``vals`` is ``[P, n_opt, Lv + 1]`` (cost mode) or
+        ``[P, n_opt]`` (mem mode), ``descs`` the option descriptors; ``(None, [])`` if none.
+        """
+        tb, F, cost = self.tb, self.F, self.mode == "cost"
+        if cost:
+            Lv = self.Lv if Lv is None else Lv
+            F = F[..., : Lv + 1]
+            m = self.m[: Lv + 1]
+        x = int(tb.hi[k])
+        if h and not (x >= 0 and x > a):
+            return None, []
+        P = self.nparents(a)
+        base = int(tb.s_ext[a + 1] + tb.g_ext[k] + (tb.s[x] if h else 0))
+        held = {a} | ({x} if h else set())
+        blocks: list[np.ndarray] = []  # each [P, n, (Lv+1)] or [P, n]
+        descs: list[tuple] = []
+
+        def add(need_mem, c, parts, desc):
+            """need_mem, c: broadcastable to [P, n]; parts: arrays [P, n, Lv+1] (cost) or
+            [P, n] (mem) combined by + (cost) or max (mem)."""
+            need_mem = np.broadcast_to(np.asarray(need_mem, dtype=float), (P, len(desc)))
+            if cost:
+                v = np.asarray(c, dtype=float)[..., None] + sum(parts)
+                blocks.append(np.where(m >= need_mem[..., None], v, INF))
+            else:
+                blocks.append(reduce(np.maximum, parts, need_mem))
+            descs.extend(desc)
+
+        if set(tb.need(k)) <= held:
+            mem = base + int(tb.g[k])
+            hps = [0] + ([1] if h and tb.keepable(a, k + 1, x) else [])
+            for hp in hps:
+                add(mem, self.bc[k], [F[:P, a + 1, k + 1, hp][:, None]], [("run", hp)])
+            return np.concatenate(blocks, axis=1), descs
+        jmax = x - 1 if h else x
+        sm = base + tb.sweep_mem(a, jmax)  # sm[i]: peak of the sweep a -> a+1+i, v_a kept
+        sa = int(tb.s_ext[a + 1])
+        if not h:  # sweep up to v_x and hold it
+            add(int(sm[-1]), tb.cumc[x + 1] - tb.cumc[a + 1], [F[:P, a + 1, k, 1][:, None]],
+                [("hold", x)])
+        js = np.arange(a + 1, min(jmax, x - 1) + 1)
+        if len(js) == 0:
+            return np.concatenate(blocks, axis=1), descs
+        nj = len(js)
+        smj = sm[:nj]
+        sweep_cost = tb.cumc[js + 1] - tb.cumc[a + 1]
+        kk = tb.e[js + 1] + 1
+        keep = np.array([tb.keepable(a, int(q), int(j)) for q, j in zip(kk, js)])
+        lefts = [F[:P, a + 1, kk, 0], np.where(
+            keep[None, :, None] if cost else keep[None, :], F[:P, a + 1, kk, 1], INF)]
+        # keep v_a: the right part runs in m - s_a and its parent anchor is a
+        right = F[self.q(a, 0) if a >= 0 else 0, js + 1, k, h]
+        if cost:
+            sh = np.full((nj, Lv + 1), INF)
+            if sa <= Lv:
+                sh[:, sa:] = right[:, : Lv + 1 - sa]
+            rk = sh[None]
+        else:
+            rk = (right + sa)[None, :]
+        for hp in (0, 1):
+            add(smj[None, :], sweep_cost[None, :], [rk, lefts[hp]],
+                [("split", int(j), hp, 0) for j in js])
+        if self.drop and a >= 0:
+            # drop v_a once v_{a+1} exists: the rest of the sweep runs without it, the right part
+            # runs in m with parent p, and v_a is rebuilt from v_p afterwards
+            w = tb.pair[a + 1 : a + 1 + nj].copy()
+            w[0] = tb.s[a + 1] + sa
+            sm_drop = base - sa + np.maximum.accumulate(w)
+            ps = np.arange(-1, a)
+            rs_cost = tb.cumc[a + 1] - tb.cumc[ps + 1]  # [P]
+            suffix = np.concatenate([np.maximum.accumulate(tb.pair[: a + 1][::-1])[::-1], [0]])
+            rs_mem = np.maximum(tb.s[ps + 1], suffix[np.minimum(ps + 2, a + 1)])  # [P]
+            rd = F[:P, js + 1, k, h]
+            for hp in (0, 1):
+                held_left = tb.g_ext[kk] + (tb.s[js] if hp else 0)  # [nj]
+                need_mem = np.maximum(sm_drop[None, :], held_left[None, :] + rs_mem[:, None])
+                add(need_mem, sweep_cost[None, :] + rs_cost[:, None], [rd, lefts[hp]],
+                    [("split", int(j), hp, 1) for j in js])
+        return np.concatenate(blocks, axis=1), descs
+
+    def emit(self, p: int, a: int, k: int, h: int, mlev: int, ops: list) -> None:
+        """Append the optimal schedule of state (p, a, k, h) at memory level ``mlev``."""
+        tb = self.tb
+        while k <= tb.e[a + 1] and k < tb.M:
+            vals, descs = self.options(a, k, h, Lv=mlev)
+            d = descs[int(np.argmin(vals[self.q(p, a), :, mlev]))]
+            if d[0] == "run":
+                ops.append(("b", k))
+                k, h = k + 1, d[1]
+                continue
+            if d[0] == "hold":
+                ops.extend(("f", i) for i in range(a + 1, d[1] + 1))
+                h = 1
+                continue
+            _, j, hp, dropped = d
+            ops.extend(("f", i) for i in range(a + 1, j + 1))
+            if dropped:
+                self.emit(p, j, k, h, mlev, ops)
+                ops.extend(("f", i) for i in range(p + 1, a + 1))
+            else:
+                self.emit(a, j, k, h, mlev - int(tb.s_ext[a + 1]), ops)
+            k, h = int(tb.e[j + 1]) + 1, hp
+
+
+def _use_drop(p: ChainProblem, drop: bool | str) -> bool:
+    if drop == "auto":
+        return p.K <= 48
+    return bool(drop)
+
+
+def min_feasible_budget(p: ChainProblem, *, drop_anchors: bool | str = "auto") -> int:
+    """Smallest budget (bytes) for which a schedule of the DP's class exists ((min, max) DP)."""
+    _check_recursion(p.K)
+    dp = _DP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs, _use_drop(p, drop_anchors), "mem")
+    dp.fill()
+    return int(dp.F[0, 0, 0, 0])
+
+
+def _units(p: ChainProblem, budget: int, max_levels: int) -> tuple[int, np.ndarray, np.ndarray, bool]:
+    sizes = np.concatenate([p.fwd_sizes, p.bwd_sizes])
+    nz = [int(v) for v in sizes if v > 0]
+    unit = reduce(math.gcd, nz) if nz else 1
+    exact = True
+    if budget // unit > max_levels:
+        unit = int(math.ceil(budget / max_levels))
+        exact = bool(np.all(sizes % unit == 0))
+    return unit, -(-p.fwd_sizes // unit), -(-p.bwd_sizes // unit), exact
+
+
+def solve_chain(
+    p: ChainProblem,
+    budget: int,
+    *,
+    max_levels: int = 1024,
+    drop_anchors: bool | str = "auto",
+    table_bytes: int = 2**28,
+) -> ChainSolution:
+    """Cheapest schedule of chain ``p`` whose peak memory is at most ``budget`` bytes.
+
+    Args:
+      p: the chain.
+      budget: bytes available for activations (stage outputs).
+      max_levels: most memory levels the DP tabulates; beyond, sizes are rounded up.
+      drop_anchors: also let a checkpoint be dropped during the segment to its right and rebuilt
+        from the checkpoint below it afterwards (needed for optimality when sizes differ);
+        ``"auto"``: on for chains of at most 48 forward values (it costs a factor K).
+      table_bytes: cap on the DP table; lowers ``max_levels`` for long chains.
+
+    Returns:
+      A :class:`ChainSolution` (cost, op sequence, exact minimum budget).
+
+    Raises:
+      InfeasibleBudgetError: no schedule fits; ``min_feasible_bytes`` is the DP's exact minimum.
+    """
+    t0 = time.perf_counter()
+    budget = int(budget)
+    drop = _use_drop(p, drop_anchors)
+    mn = min_feasible_budget(p, drop_anchors=drop)
+    if budget < mn:
+        raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
+    P = p.K + 1 if drop else 1
+    cap = max(8, int(table_bytes // (8 * 2 * P * (p.K + 1) * (p.M + 1))) - 1)
+    unit, s, g, exact = _units(p, budget, min(max_levels, cap))
+    Lv = budget // unit
+    dp = _DP(_Tables(p, s, g), p.bwd_costs, drop, "cost", Lv)
+    dp.fill()
+    if not np.isfinite(dp.F[0, 0, 0, 0, Lv]):
+        raise InfeasibleBudgetError(
+            budget, mn, f"sizes rounded up to {unit}-byte units leave no schedule; raise max_levels"
+        )
+    ops: list[tuple[str, int]] = []
+    _check_recursion(p.K)
+    dp.emit(-1, -1, 0, 0, Lv, ops)
+    return ChainSolution(
+        cost=float(dp.F[0, 0, 0, 0, Lv]), ops=tuple(ops), min_budget=mn, budget=budget, unit=unit,
+        exact=exact, solve_time_s=time.perf_counter() - t0,
+    )
