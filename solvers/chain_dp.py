@@ -153,6 +153,14 @@ class _Tables:
                 prev = int(self.lo[k])
             eff[k] = prev
         self.eff_lo = eff
+        # effective hi: a node reading nothing passes v_x on to the next node that reads (h flag)
+        hie = np.array(self.hi, dtype=np.int64)
+        nxt = -1
+        for k in range(M - 1, -1, -1):
+            if self.hi[k] >= 0:
+                nxt = int(self.hi[k])
+            hie[k] = nxt
+        self.hi_eff = hie
         # e[a + 1] = last k with eff_lo >= a  (eff_lo non-increasing)
         self.e = np.array([int(np.sum(eff >= a)) - 1 for a in range(-1, K)], dtype=np.int64)
         # pair[i] = s_{i-1} + s_i  (working memory of computing v_i from v_{i-1})
@@ -164,7 +172,7 @@ class _Tables:
 
     def keepable(self, a: int, k: int, x: int) -> bool:
         """Can ``v_x`` be carried into state ``(a, k, h=1)``?"""
-        return k < self.M and k <= self.e[a + 1] and x > a and int(self.hi[k]) == x
+        return k < self.M and k <= self.e[a + 1] and x > a and int(self.hi_eff[k]) == x
 
     def sweep_mem(self, a: int, jmax: int) -> np.ndarray:
         """``int64[jmax - a]``: max working bytes of running ``v_{a+1} .. v_j`` for each j."""
@@ -229,7 +237,7 @@ class _DP:
             Lv = self.Lv if Lv is None else Lv
             F = F[..., : Lv + 1]
             m = self.m[: Lv + 1]
-        x = int(tb.hi[k])
+        x = int(tb.hi_eff[k])
         if h and not (x >= 0 and x > a):
             return None, []
         P = self.nparents(a)
