@@ -48,6 +48,13 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
         raise InvalidGraphError(f"{graph.name}: no forward chain followed by a backward chain")
     fwd = list(range(K))
     bwd = list(range(K, n))
+    stray = [v for v in bwd[1:] if not graph.nodes[v].is_backward]
+    if stray:
+        v = stray[0]
+        raise InvalidGraphError(
+            f"{graph.name}: the forward graph is not a chain (node reads "
+            f"{[graph.nodes[u].name for u in preds[v]]}, forward chain ends at node {K - 1})",
+            node=graph.nodes[v].name)
     hi = np.full(len(bwd), -1, dtype=np.int64)
     lo = np.full(len(bwd), -1, dtype=np.int64)
     for k, v in enumerate(bwd):

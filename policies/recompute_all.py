@@ -1,0 +1,43 @@
+"""RecomputeAll: keep nothing a later step can rebuild (the minimal-memory end of the trade-off).
+
+The forward pass runs once, each output kept only until its last forward reader; every backward
+node first recomputes, in its own step, the whole forward ancestry of the values it reads from
+the inputs, and those are freed right after it (Checkmate's "recompute everything" baseline,
+cost ``O(n²)`` forward evaluations on a chain).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from policies.base import budget_bytes, register
+from policies.from_checkpoints import plan_from_checkpoints
+from remat.errors import InfeasibleBudgetError
+from remat.graph import Graph
+from remat.plan import Plan
+from remat.schedule import replay
+
+
+@register("recompute_all")
+@dataclasses.dataclass(frozen=True)
+class RecomputeAll:
+    """Recompute each backward node's forward inputs from scratch right before it runs.
+
+    Args:
+      budget: activation bytes or ``"60%"``; only checked (the plan does not depend on it): a
+        budget below the plan's peak raises :class:`~remat.errors.InfeasibleBudgetError`.
+    """
+
+    budget: int | str | None = None
+    name: str = dataclasses.field(default="recompute_all", init=False)
+
+    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
+        t0 = time.perf_counter()
+        b = budget_bytes(graph, budget, self.budget)
+        plan = plan_from_checkpoints(graph, (), keep_recomputed=False, policy="recompute_all",
+                                     budget=b, status="heuristic")
+        peak = replay(graph, plan).peak_bytes
+        if b is not None and peak > b:
+            raise InfeasibleBudgetError(b, peak, "recompute-all is this policy's smallest peak")
+        return plan.with_meta(solve_time_s=time.perf_counter() - t0)
