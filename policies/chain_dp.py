@@ -42,13 +42,14 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
     K = 0
     while K < n and preds[K] == ((K - 1,) if K else ()):
         K += 1
+    K0 = K
     while K > 1 and len(succs[K - 1]) == 1 and succs[K - 1][0] == K:
         K -= 1  # the loss (read once, by the first backward node) belongs to the backward chain
     if K == 0 or K == n:
         raise InvalidGraphError(f"{graph.name}: no forward chain followed by a backward chain")
     fwd = list(range(K))
     bwd = list(range(K, n))
-    stray = [v for v in bwd[1:] if not graph.nodes[v].is_backward]
+    stray = [v for v in range(K0, n) if not graph.nodes[v].is_backward]
     if stray:
         v = stray[0]
         raise InvalidGraphError(
