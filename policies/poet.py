@@ -65,8 +65,9 @@ class Poet:
         ``runtime_budget``); ``None`` = no limit.
       paging, remat: ablations (``paging=False`` is remat only, ``remat=False`` paging only).
       time_limit: MILP wall-clock limit, seconds; mip_gap: relative gap to stop at.
-      warm_start: start HiGHS from the cheapest paging-free heuristic schedule that fits
-        (checkpoint-all, or Checkmate's keep-every-c schedules), when one exists.
+      warm_start: ``True``: start HiGHS from the cheapest paging-free heuristic schedule that
+        fits (checkpoint-all, or Checkmate's keep-every-c schedules), when one exists; or a
+        :class:`remat.Plan` (e.g. an ablation's or Checkmate's plan) to start from; ``False``.
       count_paging_time: add page-in/out time to the deadline row (POET's eq. 3 does not: it
         assumes DMA hides paging).
       eps: tie-breaking cost per recompute and page move (relative, A.13.11).
@@ -80,7 +81,7 @@ class Poet:
     remat: bool = True
     time_limit: float = 60.0
     mip_gap: float = 1e-4
-    warm_start: bool = True
+    warm_start: bool | Plan = True
     count_paging_time: bool = False
     eps: float = 1e-5
     threads: int | None = None
@@ -165,7 +166,13 @@ class Poet:
         if prob.budget < lb:
             raise InfeasibleBudgetError(prob.budget, lb, "a node and its inputs must be resident "
                                         "while it runs (this bound is exact only if attained)")
-        warm = self._warm(prob) if self.warm_start else None
+        if isinstance(self.warm_start, Plan):
+            w = self.warm_start
+            z = np.zeros_like(w.R)
+            warm = (w.R, w.S, z if w.page_in is None else w.page_in,
+                    z if w.page_out is None else w.page_out)
+        else:
+            warm = self._warm(prob) if self.warm_start else None
         try:
             sol = solve_poet(prob, time_limit=self.time_limit, mip_gap=self.mip_gap,
                              threads=self.threads, warm_start=warm)
@@ -191,8 +198,9 @@ class Poet:
             compute_energy_j=sol.compute_energy_j, page_in_energy_j=sol.page_in_energy_j,
             page_out_energy_j=sol.page_out_energy_j, lower_bound_j=sol.bound_j,
             runtime_s=sol.runtime_s, bytes_paged=paged, peak_bytes=peak, method="milp",
-            warm_start=None if warm is None else float(schedule_costs(
-                prob, warm[0], np.zeros_like(warm[0]), np.zeros_like(warm[0]))["energy_j"]),
+            warm_start=None if warm is None else (float(schedule_costs(
+                prob, warm[0], *(warm[2:] if len(warm) > 2 else (np.zeros_like(warm[0]),) * 2)
+            )["energy_j"]) if sol.warm_started else "rejected"),
             wall_s=time.perf_counter() - t0)
 
     def _min_feasible(self, graph: Graph, prob: PoetProblem) -> tuple[int, bool]:

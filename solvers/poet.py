@@ -83,6 +83,7 @@ class PoetSolution:
       bound_j: best lower bound on ``energy_j`` the solver proved (tie-break terms removed).
       gap: relative MIP gap reported by the solver.
       solve_time_s, build_time_s: wall seconds.
+      warm_started: a warm start was given and passed to the solver (it satisfied every row).
     """
 
     R: np.ndarray
@@ -100,6 +101,7 @@ class PoetSolution:
     gap: float
     solve_time_s: float
     build_time_s: float
+    warm_started: bool = False
 
 
 def schedule_costs(problem: PoetProblem, R, M_in, M_out) -> dict[str, float]:
@@ -335,14 +337,35 @@ def build_poet(problem: PoetProblem, formulation=None):
     return model, PoetVars(core, S_aux, M_in, M_out, G, e_unit, t_unit), cm
 
 
-def poet_vector(model, v: PoetVars, cm, R, S) -> np.ndarray:
-    """A complete MILP vector for a paging-free schedule ``(R, S)`` (warm start)."""
+def poet_vector(model, v: PoetVars, cm, R, S, M_in=None, M_out=None) -> np.ndarray:
+    """A complete MILP vector for a schedule (warm start): ``R``, ``S`` and the page moves as
+    given, ``S_aux`` = paged out in an earlier step, ``G``, ``FREE`` and ``U`` computed directly."""
     from solvers.checkmate import checkmate_vector
 
+    n = cm.n
+    R = np.asarray(R, bool)
+    S = np.asarray(S, bool)
+    z = np.zeros((n, n), bool)
+    M_in = z if M_in is None else np.asarray(M_in, bool)
+    M_out = z if M_out is None else np.asarray(M_out, bool)
     x = checkmate_vector(model, v.core, cm, R, S)
-    for blk in (v.S_aux, v.M_in, v.M_out, v.G):
+    S_aux = np.zeros_like(S)
+    if n > 1:
+        S_aux[1:] = np.logical_or.accumulate(M_out, axis=0)[:-1]
+    S_aux &= cm.max_descendant[None, :] >= np.arange(n)[:, None]  # pruned columns (ub 0)
+    used = np.zeros((n, n), bool)
+    if len(cm.edges):
+        src, dst = cm.edges[:, 0], cm.edges[:, 1]
+        np.logical_or.at(used, (slice(None), src), R[:, dst])
+    Snext = np.zeros_like(S)
+    Snext[:-1] = S[1:]
+    G = M_out & ~Snext & ~used & ~R
+    for blk, val in ((v.S_aux, S_aux), (v.M_in, M_in), (v.M_out, M_out), (v.G, G)):
         m = blk >= 0
-        x[blk[m]] = 0.0
+        x[blk[m]] = val[m]
+    freed = (G * (cm.sizes / v.core.mem_unit)).sum(axis=1)  # units freed at each step start
+    mu = v.core.U >= 0
+    x[v.core.U[mu]] -= np.broadcast_to(freed[:, None], (n, n))[mu]
     return x
 
 
@@ -359,8 +382,9 @@ def solve_poet(
     """Solve POET's MILP (eq. 1, restated) for ``problem``.
 
     Args:
-      warm_start: ``(R, S)`` paging-free frontier schedule that fits the budget and deadline,
-        or ``None``.
+      warm_start: a frontier schedule ``(R, S)`` or ``(R, S, M_in, M_out)`` that fits the
+        budget and deadline (e.g. the better ablation's solution), or ``None``.  A vector that
+        violates a row is dropped (``meta`` of the caller can compare energies).
       time_limit, mip_gap, threads, backend: passed to :meth:`MilpModel.solve`.
 
     Returns:
@@ -377,7 +401,10 @@ def solve_poet(
     model, v, cm = build_poet(problem)
     x0 = None
     if warm_start is not None:
-        x0 = poet_vector(model, v, cm, *warm_start)
+        w = list(warm_start)
+        if not problem.paging:
+            w = w[:2]
+        x0 = poet_vector(model, v, cm, *w)
         obj, viol = model.evaluate(np.nan_to_num(x0))
         if viol > 1e-6:
             x0 = None
@@ -407,4 +434,4 @@ def solve_poet(
     status = "optimal" if sol.status == "optimal" else sol.status
     return PoetSolution(R, S, S_aux, M_in, M_out, status, c["energy_j"], c["compute_energy_j"],
                         c["page_in_energy_j"], c["page_out_energy_j"], c["runtime_s"], bound, gap,
-                        sol.solve_time_s, build + sol.build_time_s)
+                        sol.solve_time_s, build + sol.build_time_s, x0 is not None)
