@@ -113,6 +113,7 @@ class LeafEqn:
     ctx: Any
     flops: float
     scope: str
+    effectful: bool = False
 
     @property
     def name(self) -> str:
@@ -229,6 +230,7 @@ def _flatten(closed) -> tuple[list[LeafEqn], list[Any], list[int], list[int], li
                     ctx=getattr(e, "ctx", None),
                     flops=eqn_flops(e),
                     scope=_scope_from_stack(full),
+                    effectful=bool(getattr(e, "effects", None)),
                 )
             )
 
@@ -385,10 +387,8 @@ class _Stage:
     forward_of: int | None = None  # index into forward stage list
 
 
-def _group(eqns: list[LeafEqn], nf: int, stages) -> list[_Stage]:
-    """Group leaf equations (forward ``[:nf]``, backward ``[nf:]``) into stages."""
-    F = list(range(nf))
-    B = list(range(nf, len(eqns)))
+def _group(eqns: list[LeafEqn], F: list[int], B: list[int], stages) -> list[_Stage]:
+    """Group leaf equations (forward ``F``, backward ``B``, program order) into stages."""
     if stages == "eqn":
         out = [
             _Stage([j], f"fwd/{eqns[j].scope + '/' if eqns[j].scope else ''}{j}:{eqns[j].name}", False)
@@ -504,6 +504,63 @@ def _unique_names(names: list[str]) -> list[str]:
     return out
 
 
+def _dce(eqns: list[LeafEqn], out_refs) -> list[LeafEqn]:
+    """Drop equations none of whose results reach the program outputs (effects kept).
+
+    Value ids are not renumbered, so surviving equations keep their ``ins``/``outs``.
+    """
+    needed = {r for r in out_refs if isinstance(r, int)}
+    keep = [False] * len(eqns)
+    for j in range(len(eqns) - 1, -1, -1):
+        e = eqns[j]
+        if e.effectful or any(o in needed for o in e.outs):
+            keep[j] = True
+            needed.update(r for r in e.ins if isinstance(r, int))
+    return [e for e, k in zip(eqns, keep) if k]
+
+
+def _primal_split(eqns: list[LeafEqn], nf: int, loss_ref) -> tuple[list[int], list[int]]:
+    """Split the forward prefix ``eqns[:nf]`` into the primal computation of the loss value and
+    the rest (residual preparation for the backward pass: derivative masks, broadcast zeros,
+    ``cos`` for ``sin``, ...), which is *sunk* into the backward stage that first reads it.
+
+    This keeps forward FLOPs equal to the forward-only program's and makes the backward read
+    primal values (what XLA's fusion keeps) rather than JAX's materialised residuals.
+    """
+    needed = {loss_ref} if isinstance(loss_ref, int) else set()
+    primal = [False] * nf
+    for j in range(nf - 1, -1, -1):
+        e = eqns[j]
+        if e.effectful or any(o in needed for o in e.outs):
+            primal[j] = True
+            needed.update(r for r in e.ins if isinstance(r, int))
+    F = [j for j in range(nf) if primal[j]]
+    return F, [j for j in range(nf) if not primal[j]]
+
+
+def _sink(eqns: list[LeafEqn], st: list[_Stage], sunk: list[int]) -> None:
+    """Assign each sunk equation to the earliest stage that reads it (in place; stage equation
+    lists stay in program order, which is topological)."""
+    stage_of = {}
+    for i, s in enumerate(st):
+        for j in s.eqns:
+            stage_of[j] = i
+    readers: dict[int, list[int]] = {}
+    sunk_set = set(sunk)
+    for j, e in enumerate(eqns):
+        if j in stage_of or j in sunk_set:
+            for r in e.ins:
+                if isinstance(r, int):
+                    readers.setdefault(r, []).append(j)
+    first_bwd = next((i for i, s in enumerate(st) if s.is_backward), len(st) - 1)
+    for j in reversed(sunk):
+        cands = [stage_of[c] for o in eqns[j].outs for c in readers.get(o, ()) if c in stage_of]
+        stage_of[j] = min(cands) if cands else max(first_bwd, 0)
+        st[stage_of[j]].eqns.append(j)
+    for s in st:
+        s.eqns.sort()
+
+
 # ---------------------------------------------------------------------------------- devices
 @dataclasses.dataclass(frozen=True)
 class _FallbackDevice:
@@ -614,11 +671,20 @@ def extract(
     out_tree = jax.tree_util.tree_structure(out_shape)
 
     eqns, avals, arg_ids, const_ids, const_vals, out_refs = _flatten(closed)
+    n_flat = len(eqns)
+    eqns = _dce(eqns, out_refs)
     n_args = len(arg_ids)
     # forward / backward split at the first transposed equation
     nf = next((j for j, e in enumerate(eqns) if _is_transpose(e.name_stack)), len(eqns))
-    st = _group(eqns, nf, stages)
+    B = list(range(nf, len(eqns)))
+    if stages == "eqn":
+        F, sunk = list(range(nf)), []
+    else:
+        F, sunk = _primal_split(eqns, nf, out_refs[0])
+    st = _group(eqns, F, B, stages)
     st = [s for s in st if s.eqns]
+    if sunk:
+        _sink(eqns, st, sunk)
     n = len(st)
 
     # value bookkeeping (vectorised over equations where it matters)
@@ -685,6 +751,8 @@ def extract(
         "batch_size": _batch_size([x for x, d in zip(leaves, diff) if not d]),
         "loss_nodes": tuple(loss_nodes),
         "n_eqns": len(eqns),
+        "n_dead_eqns": n_flat - len(eqns),
+        "n_sunk_eqns": len(sunk),
         "notes": tuple(notes),
         "cost_unit": "s",
     }

@@ -10,8 +10,12 @@ Counting rules (one execution of the equation, in floating-point operations):
   number of (output position, kernel tap) pairs of spatial dimension ``d`` that land on a real
   input element.  This covers strides, padding, lhs/rhs dilation, feature groups and batch groups,
   hence the transposed convolutions JAX emits for the backward pass.
-* elementwise (arithmetic, comparisons, transcendental, ``select_n``, ``integer_pow``, ...):
-  ``size(out)``.
+* elementwise (arithmetic, comparisons, transcendental, ``select_n``, ...): ``size(out)``, times
+  a weight for the few ops that XLA expands into long instruction sequences (``ELEMENT_WEIGHT``:
+  e.g. ``erfc`` 61, ``random_bits`` 47 per 32-bit word; each weight is XLA:CPU's
+  ``HloCostAnalysis`` flops + transcendentals per element, measured on jax 0.10.2);
+  ``integer_pow`` by repeated squaring (``floor(log2|y|) + popcount|y| - 1`` multiplies, +1 divide
+  for ``y < 0``).
 * reductions (``reduce_*``, ``argmax``, ``cumsum``, ...): ``size(input)``.
 * windowed reductions (pooling) and their gradients: ``size(out) * window size``.
 * data movement and metadata (``reshape``, ``transpose``, ``broadcast_in_dim``, ``gather``, ``pad``,
@@ -57,6 +61,21 @@ ELEMENTWISE = frozenset(
     reduce_precision threefry2x32 random_bits random_fold_in random_split tan
     """.split()
 )
+
+# FLOPs per output element of ops XLA expands (flops + transcendentals of HloCostAnalysis)
+ELEMENT_WEIGHT = {
+    "erfc": 61.0,
+    "erf_inv": 39.0,
+    "lgamma": 56.0,
+    "digamma": 76.0,
+    "logistic": 4.0,
+    "asin": 7.0,
+    "acos": 7.0,
+    "sinh": 13.0,
+    "cosh": 13.0,
+    "random_bits": 47.0,
+    "threefry2x32": 23.5,
+}
 
 REDUCTION = frozenset(
     """
@@ -177,10 +196,8 @@ def _conv(e) -> float:
 def _window(e) -> float:
     dims = e.params.get("window_dimensions")
     w = math.prod(dims) if dims else 1
-    # select_and_scatter_add's output is the operand shape; count over the source (out) grid
+    # select_and_scatter_add's output has the operand's shape: count over the source grid
     ref = e.invars[0].aval if e.primitive.name.startswith("select_and_scatter") else e.outvars[0].aval
-    if e.primitive.name.startswith("select_and_scatter"):
-        return float(_size(ref) * w)
     return float(_size(ref) * w)
 
 
@@ -194,6 +211,18 @@ def _sort(e) -> float:
     dim = e.params.get("dimension", -1)
     m = e.invars[0].aval.shape[dim] if e.invars[0].aval.shape else 1
     return float(n * max(1.0, math.log2(max(m, 2))))
+
+
+def _integer_pow(e) -> float:
+    y = int(e.params["y"])
+    a = abs(y)
+    muls = max(1, a.bit_length() - 1 + bin(a).count("1") - 1) if a > 1 else 1
+    return float(_size(e.outvars[0].aval) * (muls + (1 if y < 0 else 0)))
+
+
+def _random_bits(e) -> float:
+    width = int(e.params.get("bit_width", 32))
+    return float(_size(e.outvars[0].aval) * ELEMENT_WEIGHT["random_bits"] * max(1, width // 32))
 
 
 def _top_k(e) -> float:
@@ -227,6 +256,8 @@ FLOP_RULES: dict[str, Callable] = {
     "scatter_sub": _scatter_add,
     "scatter-sub": _scatter_add,
     "sort": _sort,
+    "integer_pow": _integer_pow,
+    "random_bits": _random_bits,
     "top_k": _top_k,
 }
 
@@ -244,7 +275,7 @@ def eqn_flops(eqn) -> float:
     if name in ZERO:
         return 0.0
     if name in ELEMENTWISE:
-        return float(sum(_size(v.aval) for v in eqn.outvars))
+        return float(sum(_size(v.aval) for v in eqn.outvars)) * ELEMENT_WEIGHT.get(name, 1.0)
     if name in REDUCTION:
         return float(_size(eqn.invars[0].aval))
     if name in WINDOWED:
