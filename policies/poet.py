@@ -23,13 +23,15 @@ from remat.plan import Plan
 from solvers.poet import PoetProblem, PoetSolution, schedule_costs, solve_poet
 
 
-def device_costs(graph: Graph, device) -> dict[str, np.ndarray]:
+def device_costs(graph: Graph, device, cost_model: str | None = None) -> dict[str, np.ndarray]:
     """Per-node costs for POET from a device profile (name or ``DeviceProfile``).
 
     Returns ``float64[n]`` arrays ``compute_time`` (s), ``compute_energy`` (J), ``page_in_time``,
     ``page_in_energy``, ``page_out_time``, ``page_out_energy`` (per move of the node's output,
     latency + bytes / bandwidth, POET's ``Phi_pagein``/``Phi_pageout``).  ``device=None`` uses the
-    graph's own ``time_s``/``energy_j`` and free paging (tests only).
+    graph's own ``time_s``/``energy_j`` and free paging (tests only).  ``cost_model`` is passed
+    to ``DeviceProfile.node_costs`` (``"roofline"``, the profile's default, or ``"poet"``: POET's
+    FLOP-based ``flops / FLOPS_PER_WATT`` energy, A.7).
     """
     n = graph.n
     if device is None:
@@ -42,7 +44,10 @@ def device_costs(graph: Graph, device) -> dict[str, np.ndarray]:
         dev = devices.get(device)
     else:
         dev = device
-    times, energies = dev.node_costs(graph)
+    if cost_model is None:
+        times, energies = dev.node_costs(graph)
+    else:
+        times, energies = dev.node_costs(graph, model=cost_model)
     sizes = graph.sizes.astype(np.float64)
     ti, ei = dev.page_in_cost(sizes)
     to, eo = dev.page_out_cost(sizes)
@@ -72,6 +77,8 @@ class Poet:
         assumes DMA hides paging).
       eps: tie-breaking cost per recompute and page move (relative, A.13.11).
       threads: HiGHS threads.
+      cost_model: ``None`` (the device's default, what ``remat.simulate(..., device=)`` uses),
+        ``"roofline"`` or ``"poet"`` (POET's FLOP-per-joule energy).
     """
 
     device: Any = "cortex-m4"
@@ -85,6 +92,7 @@ class Poet:
     count_paging_time: bool = False
     eps: float = 1e-5
     threads: int | None = None
+    cost_model: str | None = None
     name: str = dataclasses.field(default="poet", init=False)
 
     # ------------------------------------------------------------------ helpers
@@ -93,7 +101,7 @@ class Poet:
         b = budget_bytes(graph, budget, self.budget)
         if b is None:
             b = graph.no_remat_peak()
-        c = device_costs(graph, self.device)
+        c = device_costs(graph, self.device, self.cost_model)
         dl = None if self.deadline is None else float(self.deadline) * float(c["compute_time"].sum())
         return PoetProblem(
             n=graph.n, edges=graph.edge_array, sizes=graph.sizes,
