@@ -15,14 +15,14 @@ import numpy as np
 
 from policies.base import budget_bytes, checkpoint_all_plan, register
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import InvalidGraphError, SolverError
+from remat.errors import InfeasibleBudgetError, InvalidGraphError, SolverError
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
 from solvers.chain_dp import ChainProblem, solve_chain
 
 
-def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
+def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
     """Recognise the chain structure of ``graph``.
 
     The forward chain is the longest prefix ``0 -> 1 -> ... -> K-1`` of nodes each reading only
@@ -30,9 +30,12 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
     loss) join the backward chain.  The remaining nodes, in index order, must each read the
     previous one (``B_{k-1}``) plus forward values ``{x-1, x}`` or ``{x}``, right to left.
 
+    Isolated backward stages (no inputs, no readers: e.g. a constant zero cotangent) are left
+    out of the chain and run first, on their own.
+
     Returns:
-      ``(problem, fwd_nodes, bwd_nodes)``: the :class:`ChainProblem` and the graph node index of
-      each forward value ``v_j`` and backward node ``B_k``.
+      ``(problem, fwd_nodes, bwd_nodes, isolated)``: the :class:`ChainProblem`, the graph node
+      index of each forward value ``v_j`` and backward node ``B_k``, and the isolated nodes.
 
     Raises:
       InvalidGraphError: the graph is not such a chain (the message says where it breaks).
@@ -48,7 +51,8 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
     if K == 0 or K == n:
         raise InvalidGraphError(f"{graph.name}: no forward chain followed by a backward chain")
     fwd = list(range(K))
-    bwd = list(range(K, n))
+    isolated = [v for v in range(K0, n) if not preds[v] and not succs[v]]
+    bwd = [v for v in range(K, n) if v not in set(isolated)]
     stray = [v for v in range(K0, n) if not graph.nodes[v].is_backward]
     if stray:
         v = stray[0]
@@ -62,11 +66,12 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
         ps = preds[v]
         bp = [u for u in ps if u >= K]
         fp = [u for u in ps if u < K]
-        if bp != ([v - 1] if k else []):
+        if bp != ([bwd[k - 1]] if k else []):
             raise InvalidGraphError(
                 f"{graph.name}: backward node reads {[graph.nodes[u].name for u in bp]}, expected only "
                 "the previous backward node (not a chain)", node=graph.nodes[v].name)
-        if len(succs[v]) > (1 if v + 1 < n else 0) or (succs[v] and succs[v][0] != v + 1):
+        nxt = [bwd[k + 1]] if k + 1 < len(bwd) else []
+        if list(succs[v]) not in ([], nxt):
             raise InvalidGraphError(f"{graph.name}: backward output read out of order (not a chain)",
                                     node=graph.nodes[v].name)
         if fp:
@@ -83,12 +88,13 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int]]:
         )
     except InvalidGraphError as e:
         raise InvalidGraphError(f"{graph.name}: {e}") from None
-    return prob, fwd, bwd
+    return prob, fwd, bwd, isolated
 
 
-def ops_to_steps(ops, fwd: list[int], bwd: list[int]) -> list[list[int]]:
-    """One step per operation: ``("f", j)`` -> ``[fwd[j]]``, ``("b", k)`` -> ``[bwd[k]]``."""
-    return [[fwd[i]] if kind == "f" else [bwd[i]] for kind, i in ops]
+def ops_to_steps(ops, fwd: list[int], bwd: list[int], isolated: list[int] = ()) -> list[list[int]]:
+    """One step per isolated node, then one per operation: ``("f", j)`` -> ``[fwd[j]]``,
+    ``("b", k)`` -> ``[bwd[k]]``."""
+    return [[v] for v in isolated] + [[fwd[i]] if kind == "f" else [bwd[i]] for kind, i in ops]
 
 
 @register("chain_dp")
@@ -115,16 +121,22 @@ class ChainDP:
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
         t0 = time.perf_counter()
         b = budget_bytes(graph, budget, self.budget)
-        prob, fwd, bwd = chain_problem(graph)
+        prob, fwd, bwd, iso = chain_problem(graph)
         if b is None or b >= graph.no_remat_peak():
             p = checkpoint_all_plan(graph)
             return p.with_meta(policy="chain_dp", budget=b, status="optimal",
                                solve_time_s=time.perf_counter() - t0)
-        sol = solve_chain(prob, b, max_levels=self.max_levels)
+        iso_peak = int(graph.sizes[iso].max()) if iso else 0
+        try:
+            sol = solve_chain(prob, b, max_levels=self.max_levels)
+        except InfeasibleBudgetError as e:
+            raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
+        if iso_peak > b:
+            raise InfeasibleBudgetError(b, max(sol.min_budget, iso_peak), "an isolated stage")
         plan = plan_from_steps(
-            graph, ops_to_steps(sol.ops, fwd, bwd), policy="chain_dp", budget=b,
+            graph, ops_to_steps(sol.ops, fwd, bwd, iso), policy="chain_dp", budget=b,
             status="optimal" if sol.exact else "feasible", dp_cost=sol.cost,
-            min_budget=sol.min_budget, dp_unit=sol.unit,
+            min_budget=max(sol.min_budget, iso_peak), dp_unit=sol.unit,
         )
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:

@@ -46,13 +46,13 @@ class Griewank:
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
         t0 = time.perf_counter()
         b = budget_bytes(graph, budget, self.budget)
-        prob, fwd, bwd = chain_problem(graph)
+        prob, fwd, bwd, iso = chain_problem(graph)
         K = prob.K
         step, tape = assign_steps(prob.bwd_hi, prob.bwd_lo, K)
 
         def make(s: int) -> Plan:
             ops = revolve_ops(step, tape, K, s)
-            return plan_from_steps(graph, ops_to_steps(ops, fwd, bwd), policy="griewank",
+            return plan_from_steps(graph, ops_to_steps(ops, fwd, bwd, iso), policy="griewank",
                                    budget=b, status="heuristic", slots=s,
                                    forward_evals=revolve_evals(K, s, tape, step))
 
