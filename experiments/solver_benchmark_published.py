@@ -227,8 +227,10 @@ def solve_instance(path: str, method: str, budget: int, time_limit: float,
     if best is not None:
         best = dict(best, detail=detail, wall_s=time.perf_counter() - t0)
         return best
-    return {"status": "infeasible" if any("infeasible" in t or "over_budget" in t for t in tried)
-            else "not_applicable", "detail": detail, "wall_s": time.perf_counter() - t0,
+    # no heuristic fits: "heuristic_infeasible" (each policy's min_feasible_bytes is under its own
+    # restricted schedule family, not a bound on the problem)
+    return {"status": "heuristic_infeasible"
+            if any("infeasible" in t or "over_budget" in t for t in tried) else "not_applicable", "detail": detail, "wall_s": time.perf_counter() - t0,
             "policy": ",".join(cands), **({"min_feasible_bytes": min(mins)} if mins else {})}
 
 
@@ -386,8 +388,8 @@ def _cell(r: dict[str, str] | None) -> str:
             extra.append(r["policy"])
         extra.append(f"{_f(r['wall_s'], '{:.1f}')} s")
         return s + " (" + ", ".join(extra) + ")"
-    if st == "infeasible" and r.get("min_feasible_bytes"):
-        return f"infeasible (min feasible {_bytes(r['min_feasible_bytes'])})"
+    if st in ("infeasible", "heuristic_infeasible") and r.get("min_feasible_bytes"):
+        return f"{st} (min feasible {_bytes(r['min_feasible_bytes'])})"
     if st == "infeasible_proven":
         return "infeasible (proven: < single-step need)"
     return st + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
@@ -424,8 +426,35 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
             + (", ".join(f"{s} {sum(r['status'] == s for r in rs)}"
                          for s in sorted({r['status'] for r in rs} - {'ok'})) or "none"))
     bad = [r for r in rows if r["status"] in ("over_budget", "invalid_plan")]
-    lines.append(f"- plans whose replayed peak exceeds the budget or that are illegal: {len(bad)}")
+    lines.append(f"- plans whose replayed peak exceeds the budget or that are illegal: {len(bad)}"
+                 + "".join(f"\n  - {r['graph']} m={r['m']} {r['method']}: {r['status']}"
+                           for r in bad))
+    lines.extend(contradictions(rows))
     return "\n".join(lines) + "\n"
+
+
+def contradictions(rows: list[dict[str, str]]) -> list[str]:
+    """Infeasibility claims refuted by a plan that fits: an ``infeasible`` MILP/LP row whose
+    ``min_feasible_bytes`` exceeds the peak of some ``ok`` plan (any method) on the same graph,
+    or ``infeasible``/``infeasible_proven`` at a budget where another method found a plan."""
+    out = []
+    ok = [r for r in rows if r["status"] == "ok"]
+    for r in rows:
+        if r["status"] not in ("infeasible", "infeasible_proven") or r["method"] == "heuristic":
+            continue
+        same = [o for o in ok if o["graph"] == r["graph"]]
+        claim = r.get("min_feasible_bytes") or ""
+        refuting = [o for o in same if o["m"] == r["m"]]
+        if claim:
+            refuting += [o for o in same if float(o["peak_bytes"]) < float(claim)]
+        if refuting:
+            o = min(refuting, key=lambda o: float(o["peak_bytes"]))
+            out.append(
+                f"- contradiction: {r['graph']} m={r['m']} {r['method']} says {r['status']}"
+                + (f" (min feasible {claim} B)" if claim else "")
+                + f", but {o['method']} at m={o['m']} returned a plan peaking at "
+                f"{o['peak_bytes']} B")
+    return out or ["- infeasibility claims refuted by a fitting plan: none"]
 
 
 def _git_rev() -> str:
