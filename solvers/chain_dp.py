@@ -310,11 +310,13 @@ class _DP:
         return np.concatenate(blocks, axis=1), descs
 
     def emit(self, p: int, a: int, k: int, h: int, mlev: int, ops: list) -> None:
-        """Append the optimal schedule of state (p, a, k, h) at memory level ``mlev``."""
-        tb = self.tb
+        """Append the optimal schedule of state (p, a, k, h) to ``ops``: the cheapest at memory
+        level ``mlev`` (cost mode) or the one with the smallest peak (mem mode)."""
+        tb, cost = self.tb, self.mode == "cost"
         while k <= tb.e[a + 1] and k < tb.M:
-            vals, descs = self.options(a, k, h, Lv=mlev)
-            d = descs[int(np.argmin(vals[self.q(p, a), :, mlev]))]
+            vals, descs = self.options(a, k, h, Lv=mlev if cost else None)
+            row = vals[self.q(p, a)]
+            d = descs[int(np.argmin(row[:, mlev] if cost else row))]
             if d[0] == "run":
                 ops.append(("b", k))
                 k, h = k + 1, d[1]
@@ -339,12 +341,16 @@ def _use_drop(p: ChainProblem, drop: bool | str) -> bool:
     return bool(drop)
 
 
+def _min_mem_dp(p: ChainProblem, drop: bool) -> _DP:
+    _check_recursion(p.K)
+    dp = _DP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs, drop, "mem")
+    dp.fill()
+    return dp
+
+
 def min_feasible_budget(p: ChainProblem, *, drop_anchors: bool | str = "auto") -> int:
     """Smallest budget (bytes) for which a schedule of the DP's class exists ((min, max) DP)."""
-    _check_recursion(p.K)
-    dp = _DP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs, _use_drop(p, drop_anchors), "mem")
-    dp.fill()
-    return int(dp.F[0, 0, 0, 0])
+    return int(_min_mem_dp(p, _use_drop(p, drop_anchors)).F[0, 0, 0, 0])
 
 
 def _units(p: ChainProblem, budget: int, max_levels: int) -> tuple[int, np.ndarray, np.ndarray, bool]:
@@ -386,7 +392,8 @@ def solve_chain(
     t0 = time.perf_counter()
     budget = int(budget)
     drop = _use_drop(p, drop_anchors)
-    mn = min_feasible_budget(p, drop_anchors=drop)
+    mdp = _min_mem_dp(p, drop)
+    mn = int(mdp.F[0, 0, 0, 0])
     if budget < mn:
         raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
     P = p.K + 1 if drop else 1
@@ -395,14 +402,17 @@ def solve_chain(
     Lv = budget // unit
     dp = _DP(_Tables(p, s, g), p.bwd_costs, drop, "cost", Lv)
     dp.fill()
-    if not np.isfinite(dp.F[0, 0, 0, 0, Lv]):
-        raise InfeasibleBudgetError(
-            budget, mn, f"sizes rounded up to {unit}-byte units leave no schedule; raise max_levels"
-        )
     ops: list[tuple[str, int]] = []
-    _check_recursion(p.K)
-    dp.emit(-1, -1, 0, 0, Lv, ops)
+    if np.isfinite(dp.F[0, 0, 0, 0, Lv]):
+        dp.emit(-1, -1, 0, 0, Lv, ops)
+        cost = float(dp.F[0, 0, 0, 0, Lv])
+    else:  # rounding sizes up left nothing: the smallest-peak schedule fits the real budget
+        mdp.emit(-1, -1, 0, 0, 0, ops)
+        kinds = np.array([o[0] == "f" for o in ops])
+        idx = np.array([o[1] for o in ops])
+        cost = float(p.fwd_costs[idx[kinds]].sum() + p.bwd_costs[idx[~kinds]].sum())
+        exact = False
     return ChainSolution(
-        cost=float(dp.F[0, 0, 0, 0, Lv]), ops=tuple(ops), min_budget=mn, budget=budget, unit=unit,
+        cost=cost, ops=tuple(ops), min_budget=mn, budget=budget, unit=unit,
         exact=exact, solve_time_s=time.perf_counter() - t0,
     )

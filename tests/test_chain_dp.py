@@ -1,0 +1,214 @@
+"""ChainDP (solvers/chain_dp.py, policies/chain_dp.py) against independent references:
+an exhaustive search over schedules (written here, sharing no code with the DP), the Checkmate
+MILP, hand counts, and monotonicity."""
+
+from __future__ import annotations
+
+import heapq
+import os
+
+import numpy as np
+import pytest
+
+import remat
+from policies.chain_dp import ChainDP, chain_problem
+from remat.errors import InfeasibleBudgetError, InvalidGraphError
+from solvers.chain_dp import ChainProblem, min_feasible_budget, solve_chain
+
+BENCH = "/work/shared/benchmarks/checkmate-graphs"
+
+
+def exhaustive(graph, budget):
+    """Least compute cost of any schedule within ``budget`` (Dijkstra over resident sets).
+
+    State = set of resident outputs; moves: run a node whose inputs are resident (memory =
+    resident + its output <= budget), or free a resident output.  Any node may run any number
+    of times.  The goal is running the last node (every node of a chain graph is its ancestor).
+    """
+    n = graph.n
+    sizes = [int(x) for x in graph.sizes]
+    costs = [float(x) for x in graph.costs]
+    need = [sum(1 << u for u in graph.preds[v]) for v in range(n)]
+    dist, pq = {0: 0.0}, [(0.0, 0)]
+    while pq:
+        d, res = heapq.heappop(pq)
+        if dist.get(res, np.inf) < d:
+            continue
+        cur = sum(sizes[i] for i in range(n) if res >> i & 1)
+        for v in range(n):
+            if res >> v & 1 or need[v] & ~res or cur + sizes[v] > budget:
+                continue
+            if v == n - 1:
+                return d + costs[v]
+            st = res | (1 << v)
+            if d + costs[v] < dist.get(st, np.inf):
+                dist[st] = d + costs[v]
+                heapq.heappush(pq, (d + costs[v], st))
+        for i in range(n):
+            if res >> i & 1:
+                st = res & ~(1 << i)
+                if d < dist.get(st, np.inf):
+                    dist[st] = d
+                    heapq.heappush(pq, (d, st))
+    return np.inf
+
+
+def dp_cost(graph, budget):
+    try:
+        plan = ChainDP(budget=budget).plan(graph)
+    except InfeasibleBudgetError as e:
+        return np.inf, e.min_feasible_bytes, None
+    plan.validate(graph)
+    rep = remat.simulate(graph, plan)
+    assert rep.peak_bytes <= budget
+    return rep.compute_time_s, None, plan
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_uniform_sizes_match_exhaustive_search(seed):
+    rng = np.random.default_rng(seed)
+    for L in (1, 2, 3, 4, 5):
+        g = remat.chain_graph(L, sizes=3, fwd_costs=rng.uniform(0.5, 5, L),
+                              bwd_costs=rng.uniform(0.5, 5, L))
+        first_feasible = None
+        for B in range(1, g.no_remat_peak() + 1):
+            ref = exhaustive(g, B)
+            got, mn, _ = dp_cost(g, B)
+            if np.isinf(ref):
+                assert np.isinf(got)
+                continue
+            if first_feasible is None:
+                first_feasible = B
+            assert got == pytest.approx(ref, rel=1e-9), (L, B)
+        # the DP's exact minimum equals the exhaustive one
+        with pytest.raises(InfeasibleBudgetError) as ei:
+            ChainDP(budget=first_feasible - 1).plan(g)
+        assert ei.value.min_feasible_bytes == first_feasible
+
+
+def test_heterogeneous_sizes_close_to_exhaustive_search():
+    """With unequal sizes a non-persistent schedule (drop a checkpoint, rebuild it later *and*
+    keep the values rebuilt on the way) can beat every persistent one; the DP must never beat
+    the exhaustive optimum and must match it in the vast majority of cases."""
+    rng = np.random.default_rng(11)
+    pairs = equal = 0
+    for _ in range(30):
+        L = int(rng.integers(2, 6))
+        g = remat.chain_graph(L, sizes=rng.integers(1, 6, L), fwd_costs=rng.uniform(0.5, 5, L),
+                              bwd_costs=rng.uniform(0.5, 5, L))
+        for B in range(1, g.no_remat_peak() + 1):
+            ref = exhaustive(g, B)
+            got, _, _ = dp_cost(g, B)
+            if np.isinf(ref):
+                assert np.isinf(got)
+                continue
+            pairs += 1
+            assert got >= ref - 1e-9
+            equal += bool(got <= ref + 1e-9)
+    assert pairs > 80 and equal / pairs >= 0.95
+
+
+def test_checkmate_milp_agrees_at_ten_budgets():
+    from policies import Checkmate
+
+    rng = np.random.default_rng(3)
+    L = 6
+    g = remat.chain_graph(L, sizes=2, fwd_costs=rng.uniform(0.5, 3, L),
+                          bwd_costs=rng.uniform(0.5, 3, L))
+    lo = min_feasible_budget(chain_problem(g)[0])
+    budgets = np.linspace(lo, g.no_remat_peak(), 10).round().astype(int)
+    for B in budgets:
+        milp = remat.simulate(g, Checkmate(budget=int(B), mip_gap=1e-7).plan(g)).compute_time_s
+        dp, _, _ = dp_cost(g, int(B))
+        assert dp == pytest.approx(milp, rel=1e-6), B
+
+
+def test_min_budget_hand_count():
+    # uniform chain, 1 byte per value: b_i holds f_{i-1}, f_i, the incoming gradient and its
+    # own output (the loss plays the gradient for b_{L-1}): 4 bytes; nothing needs more.
+    g = remat.chain_graph(6, sizes=1)
+    assert min_feasible_budget(chain_problem(g)[0]) == 4
+    with pytest.raises(InfeasibleBudgetError) as ei:
+        ChainDP(budget=3).plan(g)
+    assert ei.value.min_feasible_bytes == 4
+    rep = remat.simulate(g, ChainDP(budget=4).plan(g))
+    assert rep.peak_bytes == 4
+
+
+def test_no_budget_means_no_recomputation():
+    g = remat.chain_graph(5, sizes=[3, 1, 4, 1, 5])
+    rep = remat.simulate(g, ChainDP().plan(g))
+    assert rep.overhead == pytest.approx(1.0) and rep.peak_bytes == g.no_remat_peak()
+
+
+def test_cost_nonincreasing_in_budget_and_within_budget():
+    rng = np.random.default_rng(5)
+    L = 12
+    g = remat.chain_graph(L, sizes=rng.integers(1, 8, L), fwd_costs=rng.uniform(1, 3, L))
+    lo = min_feasible_budget(chain_problem(g)[0])
+    prev = np.inf
+    for B in range(lo, g.no_remat_peak() + 1):
+        plan = ChainDP(budget=B).plan(g)
+        rep = remat.simulate(g, plan)
+        assert rep.peak_bytes <= B
+        assert plan.meta["status"] == "optimal" and plan.meta["policy"] == "chain_dp"
+        assert rep.compute_time_s <= prev + 1e-9
+        prev = rep.compute_time_s
+    assert prev == pytest.approx(g.costs.sum())
+
+
+def test_rounded_memory_still_fits():
+    rng = np.random.default_rng(2)
+    L = 10
+    g = remat.chain_graph(L, sizes=rng.integers(1000, 5000, L))
+    B = int(0.6 * g.no_remat_peak())
+    plan = ChainDP(budget=B, max_levels=40).plan(g)
+    assert plan.meta["status"] == "feasible"
+    assert remat.simulate(g, plan).peak_bytes <= B
+    exact = remat.simulate(g, ChainDP(budget=B, max_levels=10**6).plan(g)).compute_time_s
+    assert remat.simulate(g, plan).compute_time_s >= exact - 1e-9
+
+
+def test_solver_arrays_direct():
+    # a 3-layer chain given as arrays: B_0 = loss reads v_2, B_1 reads v_1,v_2, ...
+    p = ChainProblem(fwd_sizes=[1, 1, 1], fwd_costs=[1, 1, 1], bwd_sizes=[1, 1, 1, 1],
+                     bwd_costs=[1, 2, 2, 2], bwd_hi=[2, 2, 1, 0], bwd_lo=[2, 1, 0, 0])
+    full = solve_chain(p, 100)
+    assert full.cost == 10.0  # nothing recomputed
+    assert [op for op in full.ops if op[0] == "b"] == [("b", 0), ("b", 1), ("b", 2), ("b", 3)]
+    with pytest.raises(InvalidGraphError):
+        ChainProblem(fwd_sizes=[1, 1], fwd_costs=[1, 1], bwd_sizes=[1], bwd_costs=[1],
+                     bwd_hi=[1], bwd_lo=[-1])
+
+
+def test_non_chain_graph_raises():
+    # diamond forward graph: 0 -> 1, 0 -> 2, (1, 2) -> 3
+    g = remat.make_graph(["a", "b", "c", "d", "gd", "gc", "gb", "ga"],
+                         [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (2, 4), (1, 4), (4, 5), (4, 6),
+                          (5, 7), (6, 7), (0, 7)],
+                         out_bytes=[1] * 8, time_s=[1.0] * 8, is_backward=[False] * 4 + [True] * 4)
+    with pytest.raises(InvalidGraphError, match="not a chain"):
+        ChainDP(budget=10).plan(g)
+
+
+@pytest.mark.skipif(not os.path.isdir(BENCH), reason="published Checkmate graphs not installed")
+def test_published_graphs():
+    vgg = remat.load_graph(f"{BENCH}/VGG16_b256_224x224_train.json")
+    prob, fwd, bwd, iso = chain_problem(vgg)
+    assert prob.K == 22 and prob.M == 23 and not iso  # loss + 22 layer backward nodes
+    plan = ChainDP(budget="90%").plan(vgg)
+    rep = remat.simulate(vgg, plan)
+    assert rep.peak_bytes <= int(np.ceil(0.9 * vgg.no_remat_peak())) and rep.overhead > 1.0
+    with pytest.raises(InvalidGraphError):
+        ChainDP(budget="90%").plan(remat.load_graph(f"{BENCH}/ResNet50_b256_224x224_train.json"))
+
+
+def test_extracted_mlp_is_a_chain():
+    loss, params, batch = remat.zoo.get("mlp", batch_size=64, depth=6, width=64)
+    g = remat.extract(loss, params, batch, stages="module")
+    prob, fwd, bwd, iso = chain_problem(g)
+    assert prob.K == 6  # one forward value per Dense block; head and loss join the backward chain
+    lo = min_feasible_budget(prob)
+    plan = ChainDP(budget=lo).plan(g)
+    rep = remat.simulate(g, plan)
+    assert rep.peak_bytes <= lo and rep.overhead >= 1.0
