@@ -213,15 +213,17 @@ class Poet:
 
     def _min_feasible(self, graph: Graph, prob: PoetProblem) -> tuple[int, bool]:
         """Smallest budget with a POET schedule (meeting the deadline), by bisection on MILP
-        feasibility between the frontier lower bound and the checkpoint-all peak.  ``exact`` is
-        False when a feasibility solve timed out (the result is then an upper estimate)."""
+        feasibility between the frontier lower bound and the checkpoint-all peak, to within 1/256
+        of that range.  ``exact`` is False when a feasibility solve timed out or the bracket is
+        wider than one byte (the result is then an upper estimate: a schedule fits it)."""
         lo, hi = _frontier_lower_bound(graph) - 1, graph.no_remat_peak()
         z = np.zeros_like(prob.sizes, dtype=float)
         feas_prob = dataclasses.replace(prob, compute_energy=z + 0.0, page_in_energy=z,
                                         page_out_energy=z, eps=0.0)
         exact = True
         per = max(1.0, self.time_limit / 8)
-        while hi - lo > 1:
+        tol = max(1, (hi - lo) // 256)  # at most ~8 feasibility solves
+        while hi - lo > tol:
             mid = (lo + hi) // 2
             try:
                 s = solve_poet(dataclasses.replace(feas_prob, budget=int(mid)), time_limit=per,
@@ -233,7 +235,7 @@ class Poet:
                 hi = mid
             else:
                 lo = mid
-        return int(hi), exact
+        return int(hi), exact and hi - lo <= 1
 
 
 def _frontier_lower_bound(graph: Graph) -> int:
