@@ -454,7 +454,21 @@ def contradictions(rows: list[dict[str, str]]) -> list[str]:
                 + (f" (min feasible {claim} B)" if claim else "")
                 + f", but {o['method']} at m={o['m']} returned a plan peaking at "
                 f"{o['peak_bytes']} B")
-    return out or ["- infeasibility claims refuted by a fitting plan: none"]
+    if not out:
+        out.append("- infeasibility claims refuted by a fitting plan: none")
+    # a MILP that says "optimal" must not be beaten by LP rounding or a heuristic
+    beaten = []
+    for r in ok:
+        if r["method"] != "milp" or r.get("solver_status") != "optimal":
+            continue
+        tol = float(r["objective"]) * (1e-4 + float(r.get("gap") or 0))
+        for o in ok:
+            if (o["graph"], o["m"]) == (r["graph"], r["m"]) and o["method"] != "milp" and (
+                    float(o["objective"]) < float(r["objective"]) - tol):
+                beaten.append(f"  - {r['graph']} m={r['m']}: {o['method']} {o['objective']} < "
+                              f"MILP {r['objective']}")
+    out.append(f"- 'optimal' MILP plans beaten by another method: {len(beaten)}")
+    return out + beaten
 
 
 def _git_rev() -> str:
