@@ -4,7 +4,7 @@ rounding with ``relax="lp"``.
 The formulation lives in :mod:`solvers.checkmate`; this module turns a :class:`remat.Graph` into a
 :class:`solvers.checkmate.CheckmateProblem`, picks a warm start (checkpoint-all when it fits,
 otherwise the cheapest fitting schedule among the solver's own heuristics and, when importable,
-the ``ChainDP`` and ``SqrtN`` policies' plans if they are in frontier form), and wraps the result
+the ``ChainDP`` and ``SqrtN`` policies' plans re-cut into frontier form), and wraps the result
 in a :class:`remat.Plan`.
 """
 
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-
-import numpy as np
 
 from policies.base import budget_bytes, checkpoint_all_plan, register
 from remat.errors import RematError
@@ -26,6 +24,7 @@ from solvers.checkmate import (
     schedule_memory,
     solve_checkmate,
     solve_checkmate_lp,
+    to_frontier_form,
 )
 
 
@@ -104,12 +103,12 @@ class Checkmate:
                 other = policies.get(name).plan(graph, budget=b)
             except (RematError, TypeError, ValueError):
                 continue
-            R, S = other.R, other.S
-            n = graph.n
-            if (R.shape != (n, n) or np.triu(R, 1).any() or np.triu(S).any()
-                    or not np.diag(R).all()):
+            if other.paging or other.R.shape[1] != graph.n:
                 continue
-            R, S = normalize(problem, R, S)
+            ff = to_frontier_form(problem, other.R)
+            if ff is None:
+                continue
+            R, S = normalize(problem, *ff)
             if schedule_memory(problem, R, S)[0] <= b:
                 cands.append((float(problem.costs @ R.sum(0)), R, S))
         if not cands:

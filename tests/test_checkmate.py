@@ -171,7 +171,24 @@ def test_formulation_variants_agree_with_the_paper_form():
     assert P.budget < graph.no_remat_peak()
     plain = solve_checkmate(P, formulation=Formulation(False, False, False), warm_start=None)
     strong = solve_checkmate(P)
-    assert plain.objective == pytest.approx(strong.objective)
+    allon = solve_checkmate(P, formulation=Formulation(True, True, True))
+    assert plain.objective == pytest.approx(strong.objective) == pytest.approx(allon.objective)
+
+
+def test_reduced_lp_bound_is_weaker_but_valid(chain20):
+    from solvers.checkmate import add_checkmate_core
+    from solvers.milp import MilpModel
+
+    b = math.ceil(0.5 * chain20.no_remat_peak())
+    P = CheckmateProblem.from_graph(chain20, b)
+    bounds = []
+    for form in (Formulation(memory_chain=False), Formulation()):
+        m = MilpModel()
+        v = add_checkmate_core(m, P, formulation=form)
+        bounds.append(m.solve(relax=True).objective * v.cost_unit)
+    exact = solve_checkmate(P, time_limit=30).objective
+    assert bounds[0] <= bounds[1] + 1e-6 <= exact + 2e-6
+    assert bounds[0] >= float(chain20.costs.sum()) - 1e-6
 
 
 def test_min_feasible_above_frontier_bound_uses_the_milp():
@@ -297,3 +314,31 @@ def test_policy_checkpoint_all_shortcut_and_infeasible(chain20):
     assert mn >= lb
     ok = pol.plan(chain20, budget=mn)
     assert remat.simulate(chain20, ok).peak_bytes <= mn
+
+
+def test_to_frontier_form_recuts_other_schedules():
+    from remat.plan import plan_from_order
+    from solvers.checkmate import to_frontier_form
+
+    g = remat.chain_graph(4, sizes=[3, 1, 2, 2], fwd_costs=[1.0, 2.0, 1.0, 1.0])
+    L = 4
+    # forward in one step, then backward steps; f1 is dropped and recomputed from f0 for b2
+    order = [list(range(L + 1))]
+    bw = [2 * L - i for i in reversed(range(L))]  # b3, b2, b1, b0 node indices
+    order += [[bw[0]], [1, bw[1]], [bw[2]], [bw[3]]]
+    keep = np.ones((len(order), g.n), bool)
+    keep[0, 1] = False  # drop f1 after the forward step
+    plan = plan_from_order(g, order, keep=keep, policy="test")
+    plan.validate(g)
+    P = CheckmateProblem.from_graph(g)
+    R, S = to_frontier_form(P, plan.R)
+    fplan = remat.Plan(R=R, S=S)
+    fplan.validate(g)
+    assert R.shape == (g.n, g.n) and np.diag(R).all()
+    assert remat.simulate(g, fplan).compute_time_s == pytest.approx(remat.simulate(g, plan).compute_time_s)
+    assert schedule_memory(P, R, S)[0] == replay(g, fplan).peak_bytes
+    # a schedule whose first computations are out of index order cannot be re-cut
+    R_bad = np.zeros((2, g.n), bool)
+    R_bad[0, 1:] = True
+    R_bad[1, 0] = True
+    assert to_frontier_form(P, R_bad) is None
