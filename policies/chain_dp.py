@@ -115,7 +115,7 @@ class ChainDP:
     """
 
     budget: int | str | None = None
-    max_levels: int = 1024
+    max_levels: int = 4096
     name: str = dataclasses.field(default="chain_dp", init=False)
 
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
@@ -133,11 +133,27 @@ class ChainDP:
             raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
         if iso_peak > b:
             raise InfeasibleBudgetError(b, max(sol.min_budget, iso_peak), "an isolated stage")
-        plan = plan_from_steps(
-            graph, ops_to_steps(sol.ops, fwd, bwd, iso), policy="chain_dp", budget=b,
-            status="optimal" if sol.exact else "feasible", dp_cost=sol.cost,
-            min_budget=max(sol.min_budget, iso_peak), dp_unit=sol.unit,
-        )
+
+        def build(s):
+            return plan_from_steps(
+                graph, ops_to_steps(s.ops, fwd, bwd, iso), policy="chain_dp", budget=b,
+                status="optimal" if s.exact else "feasible", dp_cost=s.cost,
+                min_budget=max(s.min_budget, iso_peak), dp_unit=s.unit,
+            )
+
+        plan = build(sol)
+        if not sol.exact:
+            # sizes were rounded up to memory levels: also try nearest rounding, holding back a
+            # few levels until the real (replayed) peak fits, and keep the cheaper plan
+            for slack in (0, 1, 2, 4, 8, 16):
+                alt = solve_chain(prob, b, max_levels=self.max_levels, rounding="nearest",
+                                  slack_levels=slack)
+                if alt.cost >= sol.cost:
+                    break
+                cand = build(alt)
+                if replay(graph, cand, strict=True).peak_bytes <= b:
+                    plan = cand
+                    break
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")

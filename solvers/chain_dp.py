@@ -353,7 +353,7 @@ def min_feasible_budget(p: ChainProblem, *, drop_anchors: bool | str = "auto") -
     return int(_min_mem_dp(p, _use_drop(p, drop_anchors)).F[0, 0, 0, 0])
 
 
-def _units(p: ChainProblem, budget: int, max_levels: int) -> tuple[int, np.ndarray, np.ndarray, bool]:
+def _units(p: ChainProblem, budget: int, max_levels: int, rounding: str = "up"):
     sizes = np.concatenate([p.fwd_sizes, p.bwd_sizes])
     nz = [int(v) for v in sizes if v > 0]
     unit = reduce(math.gcd, nz) if nz else 1
@@ -361,16 +361,24 @@ def _units(p: ChainProblem, budget: int, max_levels: int) -> tuple[int, np.ndarr
     if budget // unit > max_levels:
         unit = int(math.ceil(budget / max_levels))
         exact = bool(np.all(sizes % unit == 0))
-    return unit, -(-p.fwd_sizes // unit), -(-p.bwd_sizes // unit), exact
+    if rounding == "nearest":
+        def q(x):
+            return np.where(x > 0, np.maximum(1, np.rint(x / unit)), 0).astype(np.int64)
+    else:
+        def q(x):
+            return -(-x // unit)
+    return unit, q(p.fwd_sizes), q(p.bwd_sizes), exact
 
 
 def solve_chain(
     p: ChainProblem,
     budget: int,
     *,
-    max_levels: int = 1024,
+    max_levels: int = 4096,
     drop_anchors: bool | str = "auto",
     table_bytes: int = 2**28,
+    rounding: str = "up",
+    slack_levels: int = 0,
 ) -> ChainSolution:
     """Cheapest schedule of chain ``p`` whose peak memory is at most ``budget`` bytes.
 
@@ -382,6 +390,9 @@ def solve_chain(
         from the checkpoint below it afterwards (needed for optimality when sizes differ);
         ``"auto"``: on for chains of at most 48 forward values (it costs a factor K).
       table_bytes: cap on the DP table; lowers ``max_levels`` for long chains.
+      rounding: ``"up"`` (sizes rounded up: the schedule always fits) or ``"nearest"`` (closer
+        to the optimum, but the caller must check the real peak; see :class:`ChainDP`).
+      slack_levels: memory levels kept in reserve (with ``rounding="nearest"``).
 
     Returns:
       A :class:`ChainSolution` (cost, op sequence, exact minimum budget).
@@ -398,8 +409,8 @@ def solve_chain(
         raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
     P = p.K + 1 if drop else 1
     cap = max(8, int(table_bytes // (8 * 2 * P * (p.K + 1) * (p.M + 1))) - 1)
-    unit, s, g, exact = _units(p, budget, min(max_levels, cap))
-    Lv = budget // unit
+    unit, s, g, exact = _units(p, budget, min(max_levels, cap), rounding)
+    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
     dp = _DP(_Tables(p, s, g), p.bwd_costs, drop, "cost", Lv)
     dp.fill()
     ops: list[tuple[str, int]] = []
