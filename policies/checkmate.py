@@ -74,16 +74,21 @@ class Checkmate:
                                solve_time_s=time.perf_counter() - t0, method="checkpoint_all")
         problem = CheckmateProblem.from_graph(graph, b)
         if self.relax == "lp":
-            sol = solve_checkmate_lp(problem, time_limit=self.time_limit, threads=self.threads)
+            warm, _ = self._warm_start(graph, problem) if self.warm_start else (None, None)
+            sol = solve_checkmate_lp(problem, time_limit=self.time_limit, threads=self.threads,
+                                     fallback=None if isinstance(warm, str) else warm)
         else:
-            warm = self._warm_start(graph, problem) if self.warm_start else None
+            warm, source = self._warm_start(graph, problem) if self.warm_start else (None, None)
             sol = solve_checkmate(problem, time_limit=self.time_limit, mip_gap=self.mip_gap,
                                   threads=self.threads, backend=self.solver, warm_start=warm)
         meta = dict(sol.meta)
+        if self.relax is None and meta.get("warm_start") == "given":
+            meta["warm_start"] = source
         meta.update(policy=self.name, budget=b, status=sol.status, gap=sol.gap,
                     objective=sol.objective, lower_bound=sol.lower_bound,
                     peak_bytes=sol.peak_bytes, solve_time_s=time.perf_counter() - t0,
-                    solver_time_s=sol.solve_time_s, node_count=sol.node_count)
+                    solver_time_s=sol.solve_time_s, build_time_s=sol.build_time_s,
+                    node_count=sol.node_count)
         return Plan(R=sol.R, S=sol.S, meta=meta)
 
     def _warm_start(self, graph: Graph, problem: CheckmateProblem):
@@ -93,7 +98,7 @@ class Checkmate:
         cands = []
         h = best_heuristic(problem, b)
         if h is not None and h[3] <= b:
-            cands.append((h[4], h[1], h[2]))
+            cands.append((h[4], h[1], h[2], h[0]))
         import policies
 
         for name in ("chain_dp", "chaindp", "sqrt_n", "sqrtn"):
@@ -101,7 +106,7 @@ class Checkmate:
                 continue
             try:
                 other = policies.get(name).plan(graph, budget=b)
-            except (RematError, TypeError, ValueError):
+            except Exception:  # noqa: BLE001 - a best-effort warm start; any failure just skips it
                 continue
             if other.paging or other.R.shape[1] != graph.n:
                 continue
@@ -110,8 +115,8 @@ class Checkmate:
                 continue
             R, S = normalize(problem, *ff)
             if schedule_memory(problem, R, S)[0] <= b:
-                cands.append((float(problem.costs @ R.sum(0)), R, S))
+                cands.append((float(problem.costs @ R.sum(0)), R, S, name))
         if not cands:
-            return "auto"
+            return "auto", "auto"
         cands.sort(key=lambda c: c[0])
-        return cands[0][1], cands[0][2]
+        return (cands[0][1], cands[0][2]), cands[0][3]

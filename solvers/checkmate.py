@@ -808,11 +808,19 @@ def min_feasible_budget(problem: CheckmateProblem, *, time_limit: float = 60.0,
     the peak-minimising MILP proves optimality; otherwise ``bytes`` is the best schedule's peak
     found within ``time_limit`` (an upper bound on the true minimum).
     """
+    peak, exact, _, _ = _min_peak_schedule(problem, time_limit, formulation)
+    return peak, exact
+
+
+def _min_peak_schedule(problem: CheckmateProblem, time_limit: float,
+                       formulation: Formulation = Formulation()):
+    """``(peak_bytes, exact, R, S)`` of the lowest-peak schedule found (see
+    :func:`min_feasible_budget`)."""
     lb = problem.frontier_lower_bound()
     h = best_heuristic(problem, None)
     best_peak, warm = h[3], (h[1], h[2])
     if best_peak <= lb:
-        return int(best_peak), True
+        return int(best_peak), True, h[1], h[2]
     model = MilpModel("checkmate_min_peak")
     v = add_checkmate_core(model, problem, budget=best_peak, formulation=formulation,
                            minimize_peak=True)
@@ -820,14 +828,14 @@ def min_feasible_budget(problem: CheckmateProblem, *, time_limit: float = 60.0,
     try:
         sol = model.solve("highs", time_limit=time_limit, mip_gap=0.0, warm_start=x0)
     except SolverTimeoutError:
-        return int(best_peak), False
+        return int(best_peak), False, warm[0], warm[1]
     if sol.has_solution:
         R, S = _extract(problem, v, sol.x)
         peak, _ = schedule_memory(problem, R, S)
         if peak < best_peak:
-            best_peak = peak
+            best_peak, warm = peak, (R, S)
     exact = sol.status == "optimal"
-    return int(best_peak), bool(exact)
+    return int(best_peak), bool(exact), warm[0], warm[1]
 
 
 # ---------------------------------------------------------------------- LP + rounding
@@ -842,6 +850,7 @@ def solve_checkmate_lp(
     formulation: Formulation = Formulation(memory_chain=False),
     threads: int | None = None,
     log: bool = False,
+    fallback: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CheckmateSolution:
     """Checkmate's approximation: LP relaxation, then rounding of ``S``, then the optimal ``R``
     for each rounded ``S`` (:func:`min_r_given_s`); the cheapest schedule that fits wins.
@@ -850,7 +859,9 @@ def solve_checkmate_lp(
     roundings (``S ~ Bernoulli(S_lp)``, seeded).  The LP is solved at ``budget`` (giving the
     reported lower bound) and, if no rounding fits, at ``budget_factors`` x budget (Checkmate
     solves at 0.9x); every factor is tried while time remains and the cheapest fitting rounding
-    over all of them is kept.  The heuristic warm start of :func:`solve_checkmate` is the fallback.
+    over all of them is kept.  When no rounding fits, the cheapest of ``fallback`` (a frontier
+    schedule, e.g. another policy's) and :func:`best_heuristic` that fits is returned, else the
+    schedule of the peak-minimising MILP (``meta["method"]`` says which).
 
     The default LP drops the ``U``/``FREE`` memory chain and keeps dependencies, carries, the
     frontier rows and start-of-step rows ``sum_i M_i S[t, i] <= budget``: every one of them holds
@@ -914,14 +925,22 @@ def solve_checkmate_lp(
                 best = (R, S, cost, peak, bf)
     method = "lp_rounding"
     if best is None:
+        fits = []
+        if fallback is not None and (fb := _check_warm(problem, fallback, budget)) is not None:
+            fits.append((fb[0], fb[1], float(problem.costs @ fb[0].sum(0)),
+                         schedule_memory(problem, *fb)[0], None, "fallback"))
         h = best_heuristic(problem, budget)
-        if h is None or h[3] > budget:
-            mf, _ = min_feasible_budget(problem, time_limit=max(1.0, time_limit))
+        if h is not None and h[3] <= budget:
+            fits.append((h[1], h[2], h[4], h[3], None, "heuristic"))
+        if not fits:
+            left = max(1.0, time_limit - (time.perf_counter() - t0))
+            mf, exact, Rm, Sm = _min_peak_schedule(problem, left)
             if mf > budget:
-                raise InfeasibleBudgetError(budget, mf)
-            raise SolverError("LP rounding found no schedule that fits")
-        best = (h[1], h[2], h[4], h[3], None)
-        method = "heuristic (no rounding fitted)"
+                raise InfeasibleBudgetError(budget, mf, "" if exact else "upper estimate")
+            fits.append((Rm, Sm, float(problem.costs @ Rm.sum(0)), mf, None, "min-peak MILP"))
+        fits.sort(key=lambda f: f[2])
+        best = fits[0][:5]
+        method = f"{fits[0][5]} (no rounding fitted)"
     R, S, cost, peak, bf = best
     gap = _gap(cost, lp_bound)
     status = "optimal" if gap == 0.0 else "feasible"

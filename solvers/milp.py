@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from remat.errors import SolverError, SolverTimeoutError
 
 INF = math.inf
+_HIGHS_THREADS: int | None = None  # thread count of HiGHS's process-wide pool, once we set one
 
 __all__ = ["MilpModel", "MilpSolution", "INF"]
 
@@ -326,7 +327,15 @@ class MilpModel:
         h.setOptionValue("mip_rel_gap", float(mip_gap))
         h.setOptionValue("presolve", "on" if presolve else "off")
         if threads is not None:
+            # HiGHS keeps one global thread pool per process; a different thread count than the
+            # pool was started with makes run() fail, so restart the pool when it changes.
+            global _HIGHS_THREADS
+            if _HIGHS_THREADS != int(threads):
+                highspy.Highs.resetGlobalScheduler(True)
+            _HIGHS_THREADS = int(threads)
             h.setOptionValue("threads", int(threads))
+        elif _HIGHS_THREADS is not None:
+            h.setOptionValue("threads", _HIGHS_THREADS)
         for k, v in options.items():
             h.setOptionValue(k, v)
         lp = highspy.HighsLp()

@@ -145,3 +145,16 @@ def test_add_coefficients_extends_existing_rows():
     assert m.solve().objective == pytest.approx(-1.0)
     with pytest.raises(SolverError):
         m.add_coefficients([5], z, 1.0)
+
+
+def test_thread_count_can_change_between_solves():
+    # HiGHS has one process-wide pool; changing `threads` must not make run() fail
+    w, v, cap = _knapsack(5)
+    m = MilpModel()
+    x = m.add_vars("x", len(w), 0, 1, integer=True)
+    m.add_rows(sp.csr_matrix(w[None, :]), hi=cap)
+    m.add_objective(x, -v)
+    ref = -_brute_knapsack(w, v, cap)
+    for threads in (None, 2, 1, None, 2):
+        sol = m.solve(threads=threads)
+        assert sol.status == "optimal" and sol.objective == pytest.approx(ref)
