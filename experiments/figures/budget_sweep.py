@@ -114,16 +114,21 @@ def plot(rows: list[dict], models) -> None:
             continue
         peak = float(rs[0]["no_remat_peak_bytes"])
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for name in dict.fromkeys(r["policy"] for r in rs):
+        names = list(dict.fromkeys(r["policy"] for r in rs))
+        colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names), 2)))
+        styles = ["-", "--", "-.", ":"]
+        for ci, name in enumerate(names):
             pts = sorted((float(r["peak_bytes"]) / peak, float(r["overhead"]))
                          for r in rs if r["policy"] == name)
             if not pts:
                 continue
             x, y = zip(*pts)
             if all(r["budget_frac"] == "" for r in rs if r["policy"] == name):
-                ax.scatter(x, y, label=name, marker="o", zorder=3)
+                ax.scatter(x, y, label=name, marker="os^vD<>P*X"[ci % 10], color=colors[ci],
+                           zorder=3)
             else:
-                ax.plot(x, y, label=name, marker=".", drawstyle="steps-post")
+                ax.plot(x, y, label=name, marker=".", drawstyle="steps-post", color=colors[ci],
+                        linestyle=styles[ci % 4], linewidth=2.5 if name == "chain_dp" else 1.2)
         ax.set_xlabel("peak activation memory / checkpoint-all peak")
         ax.set_ylabel("compute overhead (x checkpoint-all)")
         ax.set_title(f"{model}: overhead vs memory budget")
@@ -138,9 +143,14 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4 budgets, vgg16 only, no exact MILP")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNGs from the CSV")
     args = ap.parse_args(argv)
     models = ["vgg16"] if args.quick else list(MODELS)
     out = args.out or (os.path.join(RESULTS, "tmp", "budget_sweep_quick.csv") if args.quick else CSV)
+    if args.plot_only:
+        with open(out, newline="") as fh:
+            plot(list(csv.DictReader(fh)), models)
+        return
     rows = run(models, 4 if args.quick else N_BUDGETS, args.quick, out)
     plot(rows, models)
     print(f"wrote {out}")
