@@ -29,20 +29,39 @@ bytes may be resident (those included).  With ``base = s_a + g_{k-1} + h·s_{hi_
    ``F(j, k, h, m - s_a)`` (``v_a`` stays resident), then the left part
    ``F(a, e(j)+1, h', m)`` where ``h'`` keeps ``v_j`` when the next backward node reads it.
 
-``F(a,k,h,m) = min`` over those options (``∞`` when a memory term exceeds ``m``); the answer is
-``F(-1, 0, 0, budget)``.  Persistent schedules (a stored checkpoint stays until its segment is
-done, as in rotor) are what this recursion enumerates; option 1's ``h' = 0`` and option 2's
-``h' = 0`` also allow dropping and later recomputing a checkpoint, which our model (where a
-layer's backward reads the layer's input *and* output) needs to reach the MILP's optimum.
-Backward nodes run exactly once.
+3. (anchor drop, ``drop_anchors``) as 2 with ``j < hi_k``, but ``v_a`` is freed as soon as
+   ``v_{a+1}`` exists: the right part runs in all of ``m`` (its nearest resident anchor is then
+   the parent ``p`` of ``a``), and afterwards ``v_a`` is rebuilt from ``v_p`` (cost
+   ``c_{p+1} + .. + c_a``, working memory ``g_{e(j)} + h'·s_j + max(s_{i-1} + s_i)``) before the
+   left part.  The state therefore carries ``p``: ``F(p, a, k, h, m)``.
 
-Complexity: ``O(K·M)`` states × 2 × ``O(K)`` first-checkpoint choices, each vectorised over the
-``Lv + 1`` memory levels: ``O(K²·M·Lv)`` time, ``O(K·M·Lv)`` memory.  Memory is counted in units
-of ``gcd`` of the sizes (exact) unless the budget needs more than ``max_levels`` units; then
-sizes are rounded *up* to ``ceil(budget / max_levels)`` (the plan still fits the real budget, the
-cost may be above the optimum; ``exact=False`` in the solution).  The smallest feasible budget
-comes from the same recursion with ``(min, max)`` in place of ``(min, +)`` and needs no
-discretisation.
+``F = min`` over those options (``∞`` when a memory term exceeds ``m``); the answer is
+``F(·, -1, 0, 0, budget)``.  Memory terms, all in bytes of stage outputs (parameters excluded,
+as in the replay): the anchor ``s_a``; the incoming gradient ``g_{k-1}``; a held ``v_{hi_k}``;
+the two live values of a forward step; the node's own output.  Why persistent schedules: as in
+rotor, a checkpoint that stays resident until every backward node right of it has run turns the
+schedule into nested, independent segments (the recursion above); options 1-3 add the
+non-persistent moves our model rewards (a layer's backward reads the layer's input *and*
+output, so dropping ``v_j`` or ``v_a`` and recomputing it later can pay).  Backward nodes run
+exactly once.
+
+Optimality, checked in ``tests/test_chain_dp.py`` against an exhaustive search over *all*
+schedules (any node recomputed any number of times) on chains of up to 5 layers: equal on
+every (chain, budget) with uniform activation sizes and random costs, and equal to the Checkmate
+MILP at 10 budgets.  With unequal sizes a few schedules outside this class are cheaper (dropping
+a checkpoint *and* keeping the values rebuilt on the way back for later layers: 4 of ~1,650
+(chain, budget) pairs with L <= 6, by 1-17 %); ChainDP is then optimal over its class only.
+
+Complexity: ``O(K·M)`` states (``O(K²·M)`` with anchor dropping) × 2, each evaluating ``O(K)``
+first checkpoints (and every parent ``p``) at once over the ``Lv + 1`` memory levels with numpy:
+``O(K²·M·Lv)`` time (``O(K³·M·Lv)`` with dropping, which ``"auto"`` enables up to K = 32).  This
+is cubic in the chain length: far from 1000 stages in a second (see
+``experiments/chain_dp_timing.py``).  Memory is counted in units of the ``gcd`` of the sizes
+(exact) unless the budget needs more than ``max_levels`` units; then sizes are rounded *up* to
+``ceil(budget / max_levels)`` (the plan fits the real budget, the cost may exceed the optimum;
+``exact=False``), and :class:`policies.chain_dp.ChainDP` also tries nearest rounding with a few
+levels held back, keeping it when the replayed peak fits.  The smallest feasible budget comes
+from the same recursion with ``(min, max)`` in place of ``(min, +)``: exact, no discretisation.
 """
 
 from __future__ import annotations
@@ -337,7 +356,7 @@ class _DP:
 
 def _use_drop(p: ChainProblem, drop: bool | str) -> bool:
     if drop == "auto":
-        return p.K <= 48
+        return p.K <= 32
     return bool(drop)
 
 
@@ -388,7 +407,7 @@ def solve_chain(
       max_levels: most memory levels the DP tabulates; beyond, sizes are rounded up.
       drop_anchors: also let a checkpoint be dropped during the segment to its right and rebuilt
         from the checkpoint below it afterwards (needed for optimality when sizes differ);
-        ``"auto"``: on for chains of at most 48 forward values (it costs a factor K).
+        ``"auto"``: on for chains of at most 32 forward values (it costs a factor K).
       table_bytes: cap on the DP table; lowers ``max_levels`` for long chains.
       rounding: ``"up"`` (sizes rounded up: the schedule always fits) or ``"nearest"`` (closer
         to the optimum, but the caller must check the real peak; see :class:`ChainDP`).
