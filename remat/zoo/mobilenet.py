@@ -68,13 +68,14 @@ class MobileNetV2(nn.Module):
     num_classes: int = 1000
     width_mult: float = 1.0
     dropout: float = 0.0
+    inverted_residual_setting: tuple[tuple[int, int, int, int], ...] = INVERTED_RESIDUAL_SETTING
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         c = make_divisible(32 * self.width_mult)
         x = ConvBN(c, 3, 2, act=nn.relu6, name="stem")(x, train)
         i = 0
-        for t, ch, n, s in INVERTED_RESIDUAL_SETTING:
+        for t, ch, n, s in self.inverted_residual_setting:
             out = make_divisible(ch * self.width_mult)
             for j in range(n):
                 i += 1
@@ -93,6 +94,7 @@ def build_mobilenet_v2(
     image_size: int = 224,
     num_classes: int | None = None,
     width_mult: float = 1.0,
+    inverted_residual_setting: tuple[tuple[int, int, int, int], ...] | None = None,
     dropout: float = 0.0,
     seed: int = 0,
     abstract: bool = False,
@@ -104,19 +106,27 @@ def build_mobilenet_v2(
       image_size: default 224 (ImageNet; Melon and Sage resize CIFAR to 224).
       num_classes: default 10 up to 64 px, else 1000.
       width_mult: channel multiplier (1.0; e.g. 0.25 for tests).
+      inverted_residual_setting: the (t, c, n, s) table (torchvision's argument of the same
+        name); default :data:`INVERTED_RESIDUAL_SETTING`, a shorter table for tests.
     """
     num_classes = (10 if image_size <= 64 else 1000) if num_classes is None else num_classes
     check_positive("mobilenet_v2", batch_size=batch_size, image_size=image_size,
                    num_classes=num_classes)
     if not width_mult > 0:
         raise ModelOptionError(f"mobilenet_v2: width_mult={width_mult} must be positive")
+    setting = INVERTED_RESIDUAL_SETTING if inverted_residual_setting is None else tuple(
+        tuple(int(v) for v in row) for row in inverted_residual_setting)
+    if not setting or any(len(row) != 4 or min(row) < 1 for row in setting):
+        raise ModelOptionError(f"mobilenet_v2: bad inverted_residual_setting {setting!r}")
     rng = np.random.default_rng(seed)
     batch = image_batch(rng, batch_size, image_size, 3, num_classes)
     if dropout > 0:
         batch["dropout_rng"] = dropout_key(seed)
-    module = MobileNetV2(num_classes=num_classes, width_mult=width_mult, dropout=dropout)
+    module = MobileNetV2(num_classes=num_classes, width_mult=width_mult, dropout=dropout,
+                         inverted_residual_setting=setting)
     opts = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
-                width_mult=width_mult, dropout=dropout, seed=seed)
+                width_mult=width_mult, inverted_residual_setting=setting, dropout=dropout,
+                seed=seed)
     return build_spec("mobilenet_v2", module, batch, input_key="image",
                       objective=lambda logits, b: softmax_xent(logits, b["label"]),
                       seed=seed, abstract=abstract, options=opts, init=init)

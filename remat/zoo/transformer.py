@@ -17,7 +17,7 @@ the random ops altogether.
   ``wte`` + ``wpe`` -> dropout; ``h{i}``: ``x = x + drop(attn(ln_1(x)))`` (causal),
   ``x = x + drop(ffn(ln_2(x)))``; ``ln_f``; logits by the tied ``wte``. Loss: mean next-token
   cross-entropy. With ``vocab_size=50257, max_len=1024`` it has the published 124,439,808
-  parameters; the default ``vocab_size=8192`` keeps the zoo light (94.1M).
+  parameters; the default ``vocab_size=8192`` keeps the zoo light (92,133,888).
 
 The vocabulary is small by default (8192) in both models; real vocabularies (30522, 50257)
 are one option away.
