@@ -263,8 +263,6 @@ def build_poet(problem: PoetProblem, formulation=None):
         S_aux[tS, iS] = model.add_vars("S_aux", len(tS), 0.0, ub * (tS >= iS + 2), integer=True)
         G[tS, iS] = model.add_vars("G", len(tS), 0.0, ub)
         k = len(tS)
-        ar = np.arange(k)
-        one = np.ones(k)
 
         def pair_rows(a, b, hi, name, sa=1.0, sb=1.0, sel=None):
             sel = np.ones(k, bool) if sel is None else sel
@@ -319,7 +317,6 @@ def build_poet(problem: PoetProblem, formulation=None):
         # objective: paging energy + tie-break per move
         model.add_objective(M_in[tS, iS], np.asarray(problem.page_in_energy)[iS] / e_unit + eps)
         model.add_objective(M_out[tS, iS], np.asarray(problem.page_out_energy)[iS] / e_unit + eps)
-        del one, ar
 
     # objective: compute energy (eq. 2) + tie-break per recompute
     tR, iR = np.tril_indices(n)
