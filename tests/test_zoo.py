@@ -326,3 +326,19 @@ def test_abstract_models_trace_without_allocating():
     jaxpr = jax.make_jaxpr(spec.loss_fn)(spec.variables, spec.batch)
     out = jaxpr.out_avals[0]
     assert out.shape == () and out.dtype == jnp.float32
+
+
+def test_ceil_mode_max_pool_matches_pytorch_rule():
+    """Output size ceil((n - 3) / 2) + 1 (PyTorch MaxPool2d(3, 2, ceil_mode=True)); values are
+    the max over each (clipped) window, computed in NumPy."""
+    from remat.zoo.layers import max_pool
+
+    for n in (109, 54, 27, 13, 8, 7):
+        out = jax.eval_shape(lambda x: max_pool(x, 3, 2, ceil_mode=True),
+                             jax.ShapeDtypeStruct((1, n, n, 1), jnp.float32))
+        assert out.shape[1] == -(-(n - 3) // 2) + 1
+    x = np.random.default_rng(0).standard_normal((1, 8, 8, 2)).astype(np.float32)
+    got = np.asarray(jax.jit(lambda x: max_pool(x, 3, 2, ceil_mode=True))(x))
+    want = np.array([[x[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(0, 1)) for j in range(4)]
+                     for i in range(4)])
+    np.testing.assert_array_equal(got[0], want)
