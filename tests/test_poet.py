@@ -75,12 +75,17 @@ def test_milp_equals_brute_force(seed):
     peak = g.no_remat_peak()
     budget = int(rng.integers(max(1, peak // 2), peak + 1))
     deadline = None if seed % 2 else float(tc.sum() * rng.uniform(1.0, 1.6))
+    sync = seed % 4 == 0  # paging time counted in the deadline (synchronous paging)
+    tin, tout = 0.1 * sizes, 0.15 * sizes
     best = {}
     for paging, rem in CONFIGS:
         ref = brute_force_energy(n, edges, list(sizes), list(ec), list(tc), list(ein), list(eout),
-                                 budget, deadline=deadline, paging=paging, remat=rem)
-        prob = PoetProblem(n, np.array(edges), sizes, ec, tc, ein, eout, 0 * ein, 0 * eout,
-                           budget, deadline=deadline, paging=paging, remat=rem)
+                                 budget, deadline=deadline, paging=paging, remat=rem,
+                                 t_in=list(tin) if sync else None,
+                                 t_out=list(tout) if sync else None)
+        prob = PoetProblem(n, np.array(edges), sizes, ec, tc, ein, eout, tin, tout,
+                           budget, deadline=deadline, paging=paging, remat=rem,
+                           count_paging_time=sync)
         sol = solve_poet(prob, mip_gap=0.0)
         if ref is None:
             assert sol.status == "infeasible"
