@@ -3,18 +3,19 @@
 Semantics (those of :mod:`remat.plan` and :func:`remat.schedule.replay`, node granularity: all of a
 node's outputs live and die together):
 
-* Entering step ``t``: exactly the outputs of ``{i : S[t, i]}`` are resident (anything else still
-  held is freed).  A *step-start* sample is taken.  Then values with ``page_out[t, i]`` (POET's
-  ``M_out``, which needs ``S[t, i]``) are copied to the store (numpy on the host, or ``.npy`` files
-  with ``paging_store="file"``); the device copy then follows the ordinary rules below.
+* Entering step ``t`` exactly the outputs of ``{i : S[t, i]}`` are resident (anything else still
+  held is freed); a *step-start* sample is taken.
+* Page-outs (``plan.page_out[t, i]``, POET semantics of :mod:`remat.schedule`) happen at the start
+  of step ``t`` and need ``S[t, i]``: the output is copied to the store (numpy on the host, or
+  ``.npy`` files with ``paging_store="file"``) and its device copy then lives and dies by the
+  ordinary rules below.
 * Values resident but neither read by a node of step ``t`` nor kept in ``S[t+1]`` are freed.
 * The nodes of ``R[t]`` run in index order.  Recomputing a node that is still resident replaces
   (first frees) its old outputs.  After a node runs (its outputs exist, its inputs still held) a
   sample is taken; then every output that no later node of this step reads and that is not in
   ``S[t+1]`` is freed.
-* End of step ``t``: everything not in ``S[t+1]`` is freed, then values with ``page_in[t, i]``
-  (POET's ``M_in``) are copied back from the store; they are counted from step ``t+1``'s start
-  sample.  (These are the paging semantics of :mod:`remat.schedule`.)
+* End of step ``t``: page-ins (``plan.page_in[t, i]``) copy stored values back to the device (they
+  count from step ``t+1``'s start); then everything not in ``S[t+1]`` is freed.
 
 Freeing drops the executor's references and calls ``.delete()`` on the device arrays.  Values that
 are program outputs (the loss, gradients) are copied to host memory when their node's outputs are
@@ -185,10 +186,11 @@ def execute(
             for i in [i for i in live if not S[t, i]]:
                 drop(i)
             sample(t, -1)
-            for i in np.flatnonzero(page_out[t]):
-                i = int(i)
+            for i in np.flatnonzero(page_out[t]).tolist():
                 if i not in live:
-                    raise InvalidPlanError("page-out of a value that is not resident", step=t, node=graph.nodes[i].name)
+                    raise InvalidPlanError(
+                        "page-out of a value that is not resident", step=t, node=graph.nodes[i].name
+                    )
                 host = [np.array(a, copy=True) for a in live[i]]
                 if paging_store == "file":
                     paths = []
@@ -201,14 +203,12 @@ def execute(
                     store[i] = host
                 paged += int(sizes[i])
             comp = np.flatnonzero(R[t])
-            m = len(comp)
             pos = np.full(n, -1, dtype=np.int64)
-            pos[comp] = np.arange(m)
+            pos[comp] = np.arange(len(comp))
             last_use = np.full(n, -1, dtype=np.int64)
             reads = R[t, dst]
             np.maximum.at(last_use, src[reads], pos[dst[reads]])
-            hold = nxt
-            for i in [i for i in live if last_use[i] < 0 and not hold[i]]:
+            for i in [i for i in live if last_use[i] < 0 and not nxt[i]]:
                 drop(i)
             for p, k in enumerate(comp.tolist()):
                 if k in live:
@@ -229,20 +229,19 @@ def execute(
                 live[k] = outs
                 runs += 1
                 sample(t, k)
-                for i in [i for i in live if last_use[i] <= p and not hold[i]]:
+                for i in [i for i in live if last_use[i] <= p and not nxt[i]]:
                     drop(i)
-            for i in [i for i in live if not nxt[i]]:
-                drop(i)
-            for i in np.flatnonzero(page_in[t]):
-                i = int(i)
+            for i in np.flatnonzero(page_in[t]).tolist():
                 if i not in store:
                     raise InvalidPlanError("page-in of a value never paged out", step=t, node=graph.nodes[i].name)
                 if i not in live:
                     data = store[i]
                     if paging_store == "file":
-                        data = [np.load(p) for p in data]
+                        data = [np.load(path) for path in data]
                     live[i] = tuple(jax.device_put(d) for d in data)
                 paged += int(sizes[i])
+            for i in [i for i in live if not nxt[i]]:
+                drop(i)
         for i in list(live):
             harvest(i)
     finally:
