@@ -109,6 +109,11 @@ class ChainDP:
       max_levels: most memory levels in the DP table; beyond, sizes are rounded up (status
         ``"feasible"`` instead of ``"optimal"``).
 
+    ``meta["status"]`` is ``"optimal"`` when no size was rounded: optimal over the DP's class
+    (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp`), which matched an
+    exhaustive search on every uniform-size test chain and the Checkmate MILP; with unequal sizes
+    a rare non-persistent schedule can be cheaper.  ``"feasible"`` when sizes were rounded.
+
     ``plan`` raises :class:`~remat.errors.InvalidGraphError` on a non-chain graph and
     :class:`~remat.errors.InfeasibleBudgetError` (with the DP's exact minimum) on a too-small
     budget.
