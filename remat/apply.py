@@ -506,10 +506,13 @@ class _Transform:
         if hit is None:
             if self.mode != "checkpoint":
                 _check_scalar(self.fn, margs, self.has_aux)
-            hit = apply_plan(
-                self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
-                has_aux=self.has_aux, stages=self.stages,
-            )
+            # planning runs real computations (device calibration, solvers): never stage them
+            # into an enclosing jit trace
+            with jax.ensure_compile_time_eval():
+                hit = apply_plan(
+                    self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
+                    has_aux=self.has_aux, stages=self.stages,
+                )
             with self._lock:
                 self._cache[key] = hit
         return hit
@@ -637,7 +640,7 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
     It saves a value when the user tagged it with ``checkpoint_name(value, <scope key>)`` and that
     stage is saved: use it with ``jax.checkpoint(f, policy=...)``, ``flax.linen.remat(Module,
     policy=...)`` (also under ``nn.scan``) or ``flax.nnx.remat(..., policy=...)``.  The names are
-    available as ``policy.names`` (a frozenset).
+    ``policy.saveable_names`` (a frozenset).
 
     Args:
       plan_or_policy: a :class:`~remat.Plan` for ``graph``, or a policy object / registry name
@@ -665,11 +668,6 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
         else:
             nm = graph.nodes[i].name
             names.add(nm[4:] if nm.startswith("fwd/") else nm)
-    pol_fn = jax.checkpoint_policies.save_only_these_names(*sorted(names))
-    try:
-        pol_fn.names = frozenset(names)  # type: ignore[attr-defined]
-    except AttributeError:
-        pass
-    return pol_fn
+    return jax.checkpoint_policies.save_only_these_names(*sorted(names))
 
 
