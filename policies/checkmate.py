@@ -74,12 +74,18 @@ class Checkmate:
                                solve_time_s=time.perf_counter() - t0, method="checkpoint_all")
         problem = CheckmateProblem.from_graph(graph, b)
         if self.relax == "lp":
-            warm, _ = self._warm_start(graph, problem) if self.warm_start else (None, None)
-            sol = solve_checkmate_lp(problem, time_limit=self.time_limit, threads=self.threads,
-                                     fallback=None if isinstance(warm, str) else warm)
+
+            def fallback():  # only computed when no rounding fits
+                w, _ = self._warm_start(graph, problem)
+                return None if isinstance(w, str) else w
+
+            left = max(1.0, self.time_limit - (time.perf_counter() - t0))
+            sol = solve_checkmate_lp(problem, time_limit=left, threads=self.threads,
+                                     fallback=fallback if self.warm_start else None)
         else:
             warm, source = self._warm_start(graph, problem) if self.warm_start else (None, None)
-            sol = solve_checkmate(problem, time_limit=self.time_limit, mip_gap=self.mip_gap,
+            left = max(1.0, self.time_limit - (time.perf_counter() - t0))  # warm start counts
+            sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                   threads=self.threads, backend=self.solver, warm_start=warm)
         meta = dict(sol.meta)
         if self.relax is None and meta.get("warm_start") == "given":

@@ -27,14 +27,25 @@ Formulation work on top of the paper (each optional, see :class:`Formulation`):
   never matter) and no self-free term (a computed output nobody reads or carries is wasted work,
   removed by :func:`normalize`; the frontier itself is the last node of its step).
 * ``prune``: ``R[t, i] = S[t, i] = 0`` once no descendant of ``i`` has index ``>= t``.
-* ``useful``: dominance rows ``R[t,i] <= S[t+1,i] + sum_{users j<=t} R[t,j]`` and the same for
-  ``S[t,i]``: only *normalised* schedules (no wasted recomputation, no dead checkpoint) are kept;
-  one of them is always optimal because normalising never raises cost or memory.
+* ``useful`` (off by default: it slowed HiGHS down, 25 s -> 36 s on a 101-node chain): dominance
+  rows ``R[t,i] <= S[t+1,i] + sum_{users j<=t} R[t,j]`` and the same for ``S[t,i]``: only
+  *normalised* schedules (no wasted recomputation, no dead checkpoint) are kept; one of them is
+  always optimal because normalising never raises cost or memory.
 * ``frontier_rows``: the memory while the frontier ``t`` runs,
   ``M_t + sum_{p in preds(t)} M_p + sum_{i<t, i not in preds(t)} M_i S[t+1, i] <= budget``,
   written directly on ``S`` (a knapsack row the LP relaxation otherwise only sees through ``U``).
+  This is the change that matters: a 101-node chain at 30% goes from a 60 s time-out to an
+  optimum in about 25 s, and the root LP bound is within 0.3% of the optimum.
+* ``memory_chain=False`` (LP relaxation only): drop ``U``/``FREE`` and keep start-of-step rows
+  ``sum_i M_i S[t, i] <= budget``; still a valid lower bound, much smaller.
 * a complete warm start computed from a heuristic schedule (``R``, ``S`` fixed, ``FREE`` and
   ``U`` computed directly), handed to HiGHS with ``setSolution``.
+
+Exactness: the MILP's ``U`` equals the replay's live bytes on normalised schedules and
+over-estimates them otherwise, so its optimum equals the replay optimum over frontier schedules;
+``tests/test_checkmate.py`` checks this against exhaustive enumeration at every budget of several
+7-node graphs.  Memory is counted in units of the gcd of the sizes (or ``total/1e6`` bytes when
+that would exceed 1e7 units; every returned schedule is then re-checked in bytes).
 """
 
 from __future__ import annotations
@@ -399,7 +410,7 @@ def _units(problem: CheckmateProblem, budget: int | None) -> tuple[float, float]
     g = int(np.gcd.reduce(pos)) if len(pos) else 1
     mem_unit = float(g)
     top = max(float(budget or 0), float(problem.sizes.sum()))
-    if top / mem_unit > 1e7:  # keep coefficients sane; memory rows then have a 1e-6 rel. slack
+    if top / mem_unit > 1e7:  # keep coefficients sane (HiGHS tolerances are absolute)
         mem_unit = top / 1e6
     c = problem.costs[problem.costs > 0]
     cost_unit = 1.0
@@ -447,7 +458,9 @@ def add_checkmate_core(
     elif budget is None:
         B = float(problem.sizes.sum()) / mem_unit
     else:
-        B = math.floor(budget / mem_unit + 1e-9) if mem_unit == int(mem_unit) else budget / mem_unit * (1 - 1e-6)
+        # integer units (gcd scaling): floor is exact; otherwise the exact ratio, and the caller
+        # re-checks every schedule in bytes (tolerances are ~1e-6 units, far below one byte)
+        B = math.floor(budget / mem_unit + 1e-9) if mem_unit == int(mem_unit) else budget / mem_unit
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     m = len(src)
     md = problem.max_descendant
@@ -717,8 +730,15 @@ def solve_checkmate(
     presolve: bool = True,
     log: bool = False,
     options: dict | None = None,
+    lp_first: bool = True,
 ) -> CheckmateSolution:
     """Solve Checkmate's MILP exactly (up to ``mip_gap``) for ``problem.budget``.
+
+    With ``lp_first`` the small LP relaxation of :func:`solve_checkmate_lp` (no ``U``/``FREE``
+    chain; at most a quarter of ``time_limit``) runs first: if the warm start is already within
+    ``mip_gap`` of its bound the warm start is returned as ``optimal`` without building the MILP,
+    and otherwise its bound is kept when the MILP's own bound is weaker (large graphs whose root
+    LP does not finish in time).  The MILP gets the time that is left.
 
     Args:
       warm_start: ``(R, S)`` frontier-form schedule, ``"auto"`` (cheapest fitting schedule from
@@ -755,13 +775,39 @@ def solve_checkmate(
     elif warm_start is not None:
         warm = _check_warm(problem, warm_start, budget)
         warm_name = "given" if warm is not None else "given (rejected: not frontier-form or over budget)"
+    lp_lb = -math.inf
+    lp_time = 0.0
+    if lp_first and backend == "highs":
+        lpm = MilpModel("checkmate_lp_bound")
+        lv = add_checkmate_core(lpm, problem, budget=budget, formulation=dataclasses.replace(
+            formulation, memory_chain=False, useful=False))
+        try:
+            lps = lpm.solve("highs", time_limit=max(0.5, 0.25 * time_limit), relax=True,
+                            threads=threads)
+            lp_time = lps.solve_time_s + lps.build_time_s
+            if lps.status == "optimal":
+                lp_lb = lps.objective * lv.cost_unit
+        except SolverTimeoutError:
+            pass
+        if warm is not None:
+            wobj = float(problem.costs @ warm[0].sum(axis=0))
+            if wobj - lp_lb <= mip_gap * abs(wobj):
+                peak, _ = schedule_memory(problem, *warm)
+                lb = min(max(lp_lb, float(problem.costs.sum())), wobj)
+                return CheckmateSolution(
+                    warm[0], warm[1], "optimal", wobj, lb, _gap(wobj, lb), peak, lp_time,
+                    time.perf_counter() - t_start - lp_time, 0,
+                    {"method": "warm start proven by the LP bound", "backend": backend,
+                     "warm_start": warm_name, "warm_start_objective": wobj, "lp_bound": lp_lb,
+                     "note": ""})
     t_b = time.perf_counter()
     model = MilpModel("checkmate")
     v = add_checkmate_core(model, problem, budget=budget, formulation=formulation)
     x0 = checkmate_vector(model, v, problem, *warm) if warm is not None else None
     build = time.perf_counter() - t_b
+    left = max(1.0, time_limit - (time.perf_counter() - t_start))
     try:
-        sol = model.solve(backend, time_limit=time_limit, mip_gap=mip_gap, threads=threads,
+        sol = model.solve(backend, time_limit=left, mip_gap=mip_gap, threads=threads,
                           warm_start=x0, log=log, presolve=presolve, options=options)
     except SolverTimeoutError as e:
         b = None if e.bound is None else e.bound * v.cost_unit
@@ -775,15 +821,24 @@ def solve_checkmate(
         raise SolverError(f"MILP ended with status {sol.message!r} and no solution")
     R, S = _extract(problem, v, sol.x)
     peak, _ = schedule_memory(problem, R, S)
-    if peak > budget:
-        raise SolverError(f"MILP solution has peak {peak} > budget {budget} (tolerance problem)")
+    note = ""
+    if peak > budget:  # an integrality/feasibility tolerance let a few bytes through
+        if warm is None:
+            raise SolverError(f"MILP solution has peak {peak} > budget {budget} (tolerance problem)")
+        note = f"MILP solution exceeded the budget by {peak - budget} bytes; warm start returned"
+        R, S = warm
+        peak, _ = schedule_memory(problem, R, S)
+        sol = dataclasses.replace(sol, status="feasible")
     obj = float(problem.costs @ R.sum(axis=0))
     # every node runs at least once: sum(costs) is always a valid bound
     trivial = float(problem.costs.sum())
     lb = max(sol.bound * v.cost_unit, trivial) if math.isfinite(sol.bound) else trivial
+    lb = max(lb, lp_lb)
     if sol.status == "optimal":
         lb = min(obj, lb) if math.isfinite(lb) else obj
-    status = "optimal" if sol.status == "optimal" else "time_limit"
+    status = sol.status if sol.status in ("optimal", "feasible") else "time_limit"
+    if status == "time_limit" and _gap(obj, lb) <= mip_gap:
+        status = "optimal"  # the LP bound closed the gap the MILP left open
     meta = {
         "method": "milp",
         "backend": backend,
@@ -794,6 +849,8 @@ def solve_checkmate(
         "num_rows": model.num_rows,
         "solver_message": sol.message,
         "milp_objective": sol.objective * v.cost_unit,
+        "lp_bound": lp_lb,
+        "note": note,
     }
     return CheckmateSolution(R, S, status, obj, lb, _gap(obj, lb), peak,
                              sol.solve_time_s, build + sol.build_time_s, sol.node_count, meta)
@@ -850,7 +907,7 @@ def solve_checkmate_lp(
     formulation: Formulation = Formulation(memory_chain=False),
     threads: int | None = None,
     log: bool = False,
-    fallback: tuple[np.ndarray, np.ndarray] | None = None,
+    fallback=None,
 ) -> CheckmateSolution:
     """Checkmate's approximation: LP relaxation, then rounding of ``S``, then the optimal ``R``
     for each rounded ``S`` (:func:`min_r_given_s`); the cheapest schedule that fits wins.
@@ -860,7 +917,8 @@ def solve_checkmate_lp(
     reported lower bound) and, if no rounding fits, at ``budget_factors`` x budget (Checkmate
     solves at 0.9x); every factor is tried while time remains and the cheapest fitting rounding
     over all of them is kept.  When no rounding fits, the cheapest of ``fallback`` (a frontier
-    schedule, e.g. another policy's) and :func:`best_heuristic` that fits is returned, else the
+    schedule ``(R, S)``, e.g. another policy's, or a callable returning one or None, called only
+    then) and :func:`best_heuristic` that fits is returned, else the
     schedule of the peak-minimising MILP (``meta["method"]`` says which).
 
     The default LP drops the ``U``/``FREE`` memory chain and keeps dependencies, carries, the
@@ -926,6 +984,8 @@ def solve_checkmate_lp(
     method = "lp_rounding"
     if best is None:
         fits = []
+        if callable(fallback):
+            fallback = fallback()
         if fallback is not None and (fb := _check_warm(problem, fallback, budget)) is not None:
             fits.append((fb[0], fb[1], float(problem.costs @ fb[0].sum(0)),
                          schedule_memory(problem, *fb)[0], None, "fallback"))

@@ -152,8 +152,8 @@ def test_milp_equals_brute_force_at_every_budget(gi):
         # the brute force's own optimum is legal and fits according to remat's replay
         rep = remat.simulate(graph, ref_plan)
         assert rep.peak_bytes <= b and rep.compute_time_s == pytest.approx(ref)
-        sol = solve_checkmate(P.with_budget(b), time_limit=20)
-        assert sol.status == "optimal"
+        sol = solve_checkmate(P.with_budget(b), time_limit=20, lp_first=False)  # the MILP itself
+        assert sol.status == "optimal" and sol.meta["method"] in ("milp", "checkpoint_all")
         assert sol.objective == pytest.approx(ref, rel=1e-9), (b, sol.objective, ref)
         _check_plan(graph, sol, b)
     # the smallest feasible budget is what InfeasibleBudgetError reports, and min - 1 raises
@@ -260,8 +260,9 @@ def test_lp_rounding_between_bound_and_milp(chain20, frac):
 def test_highs_and_cvxpy_backends_agree(chain20):
     b = math.ceil(0.5 * chain20.no_remat_peak())
     P = CheckmateProblem.from_graph(chain20, b)
-    h = solve_checkmate(P, time_limit=30)
+    h = solve_checkmate(P, time_limit=30, lp_first=False)
     c = solve_checkmate(P, time_limit=30, backend="cvxpy")
+    assert h.meta["method"] == c.meta["method"] == "milp"
     assert h.status == c.status == "optimal"
     assert c.objective == pytest.approx(h.objective, rel=1e-6)
     _check_plan(chain20, c, b)
@@ -276,6 +277,7 @@ def test_time_limit_returns_incumbent():
     sol = solve_checkmate(P, time_limit=1.0)
     assert sol.status == "time_limit"
     assert sol.lower_bound <= sol.objective and sol.gap > 0
+    assert sol.meta["lp_bound"] <= sol.lower_bound + 1e-9
     assert sol.objective <= sol.meta["warm_start_objective"] + 1e-9
     _check_plan(g, sol, b)
     # without a warm start and with no time, there is no incumbent to return
@@ -342,3 +344,22 @@ def test_to_frontier_form_recuts_other_schedules():
     R_bad[0, 1:] = True
     R_bad[1, 0] = True
     assert to_frontier_form(P, R_bad) is None
+
+
+def test_large_coprime_sizes_use_scaled_units_and_stay_exact():
+    # sizes with gcd 1 and totals ~1e10 bytes force non-integer memory units
+    sizes = [2_000_000_011, 1_000_000_007, 3_000_000_019]
+    g = remat.chain_graph(3, sizes=sizes, fwd_costs=[1.0, 3.0, 2.0])
+    trans = _transitions(g)
+    P = CheckmateProblem.from_graph(g)
+    peaks = sorted({tr[5] for tr in trans if tr[5] < g.no_remat_peak()})
+    checked = 0
+    for b in peaks:  # budgets exactly at attainable peaks: the tightest cases
+        ref, _ = brute_force(g, b, trans)
+        if math.isinf(ref):
+            continue
+        sol = solve_checkmate(P.with_budget(b), time_limit=20)
+        assert sol.objective == pytest.approx(ref, rel=1e-9)
+        _check_plan(g, sol, b)
+        checked += 1
+    assert checked >= 3
