@@ -146,7 +146,7 @@ def numpy_init(abstract_variables: Any, seed: int) -> dict:
             x = rng.standard_normal(shape, dtype=np.float32) * np.float32(_EMBED_STD.get(key, 0.02))
         else:  # bias, mean, mlm_bias
             x = np.zeros(shape, np.float32)
-        return jnp.asarray(x.astype(dtype))
+        return jax.device_put(x.astype(dtype, copy=False))
 
     return dict(jax.tree_util.tree_map_with_path(fill, abstract_variables))
 
@@ -188,7 +188,7 @@ def build_spec(
             variables = dict(jax.jit(flax_init)())
         else:
             raise ModelOptionError(f"{name}: init={init!r} must be 'numpy' or 'flax'")
-        jbatch = jax.tree_util.tree_map(jnp.asarray, batch)
+        jbatch = jax.device_put(batch)
     mutable = tuple(k for k in variables if k != "params")
 
     def loss_and_state_fn(variables, batch):
