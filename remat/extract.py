@@ -46,7 +46,6 @@ stage reads.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -562,23 +561,10 @@ def _sink(eqns: list[LeafEqn], st: list[_Stage], sunk: list[int]) -> None:
 
 
 # ---------------------------------------------------------------------------------- devices
-@dataclasses.dataclass(frozen=True)
-class _FallbackDevice:
-    """Used only when :mod:`remat.devices` is not installed: 100 GFLOP/s at 10 W."""
-
-    name: str = "fallback"
-    flops_per_s: float = 1e11
-    watts: float = 10.0
-
-    def node_costs(self, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-        t = graph.flops_array / self.flops_per_s
-        return t, t * self.watts
-
-
 def _resolve_device(device):
+    """A device profile: ``None`` -> ``remat.devices.get("host")``, a name -> that profile, any
+    object with ``node_costs(graph) -> (times, energies)`` as is."""
     if device is None or isinstance(device, str):
-        if importlib.util.find_spec("remat.devices") is None:
-            return _FallbackDevice()
         from remat import devices
 
         return devices.get(device or "host")
@@ -778,7 +764,8 @@ def extract(
         for v, t, en in zip(g.nodes, np.asarray(times), np.asarray(energies))
     )
     arg_shapes = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), args
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype if hasattr(x, "dtype") else np.result_type(x)),
+        args,
     )
     program = Program(
         fn=fn,
