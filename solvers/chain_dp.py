@@ -33,7 +33,11 @@ bytes may be resident (those included).  With ``base = s_a + g_{k-1} + h·s_{hi_
    ``v_{a+1}`` exists: the right part runs in all of ``m`` (its nearest resident anchor is then
    the parent ``p`` of ``a``), and afterwards ``v_a`` is rebuilt from ``v_p`` (cost
    ``c_{p+1} + .. + c_a``, working memory ``g_{e(j)} + h'·s_j + max(s_{i-1} + s_i)``) before the
-   left part.  The state therefore carries ``p``: ``F(p, a, k, h, m)``.
+   left part.  The state therefore carries ``p``: ``F(p, a, k, h, m)``.  When ``p`` is the
+   input, nothing is rebuilt: children of the input finish the *whole* schedule (their value
+   includes the top-level continuation), and a dropped anchor's right part hands over to the
+   top-level state, which may rebuild ``v_0 .. v_a`` keeping any of them (the non-persistent
+   schedules the exhaustive search found).
 
 ``F = min`` over those options (``∞`` when a memory term exceeds ``m``); the answer is
 ``F(·, -1, 0, 0, budget)``.  Memory terms, all in bytes of stage outputs (parameters excluded,
@@ -48,9 +52,9 @@ exactly once.
 Optimality, checked in ``tests/test_chain_dp.py`` against an exhaustive search over *all*
 schedules (any node recomputed any number of times) on chains of up to 5 layers: equal on
 every (chain, budget) with uniform activation sizes and random costs, and equal to the Checkmate
-MILP at 10 budgets.  With unequal sizes a few schedules outside this class are cheaper (dropping
-a checkpoint *and* keeping the values rebuilt on the way back for later layers: 4 of ~1,650
-(chain, budget) pairs with L <= 6, by 1-17 %); ChainDP is then optimal over its class only.
+MILP at 10 budgets.  With unequal sizes, a schedule outside this class was cheaper in 1 of
+~3,300 (chain, budget) pairs with L <= 6 (by 0.8 %: a checkpoint dropped below a non-input
+anchor whose rebuild keeps values for later layers); ChainDP is optimal over its class.
 
 Complexity: ``O(K·M)`` states (``O(K²·M)`` with anchor dropping) × 2, each evaluating ``O(K)``
 first checkpoints (and every parent ``p``) at once over the ``Lv + 1`` memory levels with numpy:
@@ -234,9 +238,9 @@ class _DP:
 
     def fill(self) -> None:
         tb, F = self.tb, self.F
-        for a in range(tb.K - 1, -2, -1):
-            P = self.nparents(a)
-            for k in range(tb.M - 1, -1, -1):
+        for k in range(tb.M - 1, -1, -1):
+            for a in range(tb.K - 1, -2, -1):
+                P = self.nparents(a)
                 if k > tb.e[a + 1]:
                     F[:P, a + 1, k] = 0.0
                     continue
@@ -244,6 +248,18 @@ class _DP:
                     vals, _ = self.options(a, k, h)
                     if vals is not None:
                         F[:P, a + 1, k, h] = vals.min(axis=1)
+            if self.drop:  # children of the input finish through the top-level state
+                for a in range(tb.K):
+                    if k > tb.e[a + 1]:
+                        F[0, a + 1, k] = self.continuation(a, k)
+
+    def continuation(self, a: int, k: int):
+        """Value of the top-level state at ``k`` entered from anchor ``a`` (kept when B_k reads it)."""
+        F = self.F
+        v = F[0, 0, k, 0]
+        if self.tb.keepable(-1, k, a):
+            v = np.minimum(v, F[0, 0, k, 1])
+        return v
 
     def options(self, a: int, k: int, h: int, Lv: int | None = None):
         """All options of the states ``(p, a, k, h)`` for every parent p.
@@ -298,6 +314,9 @@ class _DP:
         keep = np.array([tb.keepable(a, int(q), int(j)) for q, j in zip(kk, js)])
         lefts = [F[:P, a + 1, kk, 0], np.where(
             keep[None, :, None] if cost else keep[None, :], F[:P, a + 1, kk, 1], INF)]
+        if self.drop and a < 0:
+            # with anchor drops, a child of the input finishes the whole schedule: no left part
+            lefts = [np.zeros_like(lefts[0]), np.full_like(lefts[1], INF)]
         # keep v_a: the right part runs in m - s_a and its parent anchor is a
         right = F[self.q(a, 0) if a >= 0 else 0, js + 1, k, h]
         if cost:
@@ -324,15 +343,28 @@ class _DP:
             for hp in (0, 1):
                 held_left = tb.g_ext[kk] + (tb.s[js] if hp else 0)  # [nj]
                 need_mem = np.maximum(sm_drop[None, :], held_left[None, :] + rs_mem[:, None])
-                add(need_mem, sweep_cost[None, :] + rs_cost[:, None], [rd, lefts[hp]],
-                    [("split", int(j), hp, 1) for j in js])
+                c = sweep_cost[None, :] + rs_cost[:, None]
+                left = lefts[hp].copy()
+                # parent = input (row 0): do not rebuild v_a; the right part (a child of the
+                # input) hands over to the top-level state, which rebuilds what it wants
+                need_mem[0], c[0], left[0] = sm_drop, sweep_cost, (0.0 if hp == 0 else INF)
+                add(need_mem, c, [rd, left], [("split", int(j), hp, 1) for j in js])
         return np.concatenate(blocks, axis=1), descs
 
     def emit(self, p: int, a: int, k: int, h: int, mlev: int, ops: list) -> None:
         """Append the optimal schedule of state (p, a, k, h) to ``ops``: the cheapest at memory
         level ``mlev`` (cost mode) or the one with the smallest peak (mem mode)."""
-        tb, cost = self.tb, self.mode == "cost"
-        while k <= tb.e[a + 1] and k < tb.M:
+        tb, cost, merge = self.tb, self.mode == "cost", self.drop
+        while k < tb.M:
+            if k > tb.e[a + 1]:
+                if not (merge and a >= 0 and p == -1):
+                    return
+                # a child of the input hands over to the top-level state
+                c0 = self.F[0, 0, k, 0]
+                c1 = self.F[0, 0, k, 1] if tb.keepable(-1, k, a) else c0 + INF
+                v0, v1 = (c0[mlev], c1[mlev]) if cost else (c0, c1)
+                a, p, h = -1, -1, int(v1 < v0)
+                continue
             vals, descs = self.options(a, k, h, Lv=mlev if cost else None)
             row = vals[self.q(p, a)]
             d = descs[int(np.argmin(row[:, mlev] if cost else row))]
@@ -346,6 +378,9 @@ class _DP:
                 continue
             _, j, hp, dropped = d
             ops.extend(("f", i) for i in range(a + 1, j + 1))
+            if merge and p == -1 and (dropped or a == -1):
+                a = j  # the right part is a child of the input: it runs to the end
+                continue
             if dropped:
                 self.emit(p, j, k, h, mlev, ops)
                 ops.extend(("f", i) for i in range(p + 1, a + 1))
