@@ -35,7 +35,16 @@ Module scopes and stage grouping (``stages=``)
     the group of the forward stage of the same scope key, and contiguous runs of equal label form
     the backward stages (without scopes: ``k`` cost-balanced backward groups).
   * ``"auto"``: ``"module"`` when it gives 2..64 forward module stages, else ``k = 32`` (too many)
-    or ``k = 8`` (no module structure).
+    or ``k = 8`` (no module structure: plain JAX functions, single-module models).
+
+Dead code and residual preparation
+  Equations whose results reach no program output are dropped (``meta["n_dead_eqns"]``).  In the
+  forward prefix only the *primal* computation of the loss value stays in forward stages; the
+  equations JAX's linearisation adds there for the backward pass alone (derivative masks such as
+  ``gt x 0`` for a ReLU, broadcast zeros, ``cos x`` for ``sin x``) are *sunk* into the earliest
+  backward stage that reads them (``meta["n_sunk_eqns"]``).  So forward FLOPs equal those of the
+  forward-only program, and the backward reads primal values (what XLA's fusion keeps) instead of
+  JAX's materialised residuals.  ``stages="eqn"`` keeps every prefix equation forward.
 
 Costs: ``flops`` from :mod:`remat.flops`; ``time_s``/``energy_j`` from a device profile
 (:mod:`remat.devices`, ``"host"`` by default); ``out_bytes`` = bytes of the stage's values that
@@ -438,7 +447,7 @@ def _group(eqns: list[LeafEqn], F: list[int], B: list[int], stages) -> list[_Sta
         k = int(stages)
         if k < 1:
             raise ExtractionError(f"stages={k}: need at least one stage")
-        use_modules = n_module >= 1 and has_modules
+        use_modules = n_module >= 2  # else: no usable module structure, balance equations
         if use_modules and k >= 2 and loss_run is not None:
             kb = k - 1
         else:

@@ -186,7 +186,8 @@ def dag_and_plan(draw):
     n_out = draw(st.integers(1, min(3, n_vals - 1)))
     seed = draw(st.integers(0, 2**16))
     keep_p = draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
-    return ops, n_w, n_out, seed, keep_p
+    stages = draw(st.sampled_from(["module", "module", 2, 3]))
+    return ops, n_w, n_out, seed, keep_p, stages
 
 
 def build_dag(ops, n_w, n_out, seed):
@@ -212,9 +213,9 @@ def build_dag(ops, n_w, n_out, seed):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dag_and_plan())
 def test_random_dag_random_legal_plan(case):
-    ops, n_w, n_out, seed, keep_p = case
+    ops, n_w, n_out, seed, keep_p, stages = case
     loss, params, x = build_dag(ops, n_w, n_out, seed)
-    g = remat.extract(loss, params, x, stages="module")
+    g = remat.extract(loss, params, x, stages=stages)
     rng = np.random.default_rng(seed)
     keep = rng.random((g.n, g.n)) < keep_p
     plan = ondemand_plan(g, keep)

@@ -235,3 +235,24 @@ def test_program_keeps_what_microbatching_needs():
     half = {k: v[:2] for k, v in batch.items()}
     g2 = remat.extract(prog.fn, params, half, stages=prog.stages)
     assert g2.meta["batch_size"] == 2 and g2.n == g.n
+
+
+def test_auto_on_a_single_module_balances_equations():
+    import flax.linen as nn
+
+    class Flat(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            w = self.param("w", nn.initializers.normal(0.5), (5, 5))
+            for _ in range(6):
+                x = jnp.tanh(x @ w)
+            return jnp.mean(x ** 2)
+
+    m = Flat()
+    x = jnp.ones((3, 5))
+    params = m.init(jax.random.PRNGKey(0), x)
+    g = remat.extract(lambda p, x: m.apply(p, x), params, x)
+    check_structure(g)
+    assert 3 <= len(g.forward_nodes) <= 8
+    ref = remat.extract(lambda p, x: m.apply(p, x), params, x, stages="module")
+    assert len(ref.forward_nodes) == 1
