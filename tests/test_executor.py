@@ -221,3 +221,22 @@ def test_random_dag_random_legal_plan(case):
     plan = ondemand_plan(g, keep)
     plan.validate(g)
     run_and_check(loss, params, x, g, plan)
+
+
+def test_argnums_tuple_and_unused_parameter():
+    from extract_models import make_plain
+
+    loss, params, x = make_plain()
+    g = remat.extract(loss, params, x, argnums=(0, 1), stages="module")
+    value, grads, _ = remat.execute(g, policies.checkpoint_all_plan(g), params, x)
+    rv, rg = jax.value_and_grad(loss, argnums=(0, 1))(params, x)
+    assert_same(value, rv)
+    assert_same(grads, rg)
+
+    def loss2(p, x):  # p["b"] is unused: its gradient is a zero the program emits directly
+        return jnp.sum(jnp.tanh(x @ p["a"]))
+
+    p2 = {"a": jnp.ones((5, 2)) * 0.1, "b": jnp.ones((3,))}
+    g2 = remat.extract(loss2, p2, x, stages="eqn")
+    value, grads, _ = remat.execute(g2, policies.checkpoint_all_plan(g2), p2, x)
+    assert_same((value, grads), jax.value_and_grad(loss2)(p2, x))
