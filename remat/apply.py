@@ -508,7 +508,9 @@ class _Transform:
                 _check_scalar(self.fn, margs, self.has_aux)
             # planning runs real computations (device calibration, solvers): never stage them
             # into an enclosing jit trace
-            with jax.ensure_compile_time_eval():
+            from jax._src.core import eval_context
+
+            with eval_context():
                 hit = apply_plan(
                     self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
                     has_aux=self.has_aux, stages=self.stages,

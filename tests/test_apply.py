@@ -80,9 +80,8 @@ def _zoo(name):
 
 @pytest.mark.parametrize(
     "name,policy,budget",
-    [("mlp", "sqrtn", None), ("mlp", "chain_dp", "80%"), ("resnet18", "sqrtn", None),
-     ("resnet18", EveryOther(), None), ("bert_small", "recompute_all", None),
-     ("bert_small", "checkmate", "70%")],
+    [("mlp", "sqrtn", None), ("mlp", "chain_dp", "80%"), ("mlp", EveryOther(), None),
+     ("mlp", "recompute_all", None), ("bert_small", "checkmate", "70%")],
 )
 def test_zoo_gradients_match(name, policy, budget):
     loss, params, batch = _zoo(name)
@@ -101,13 +100,25 @@ def test_policy_none_is_plain_value_and_grad():
     assert_tree_close(f(params, batch), jax.value_and_grad(mlp_loss)(params, batch))
 
 
-def test_has_aux_batchnorm_state_and_grad():
+def test_has_aux_batchnorm_state_resnet18():
+    """resnet18 (BatchNorm, residual blocks) with ``(loss, new_batch_stats)`` as has_aux."""
     spec = remat.zoo.get_model("resnet18", batch_size=4, **ZOO["resnet18"])
     ref = jax.jit(jax.value_and_grad(spec.loss_and_state_fn, has_aux=True))(spec.variables, spec.batch)
-    out = jax.jit(remat.value_and_grad(spec.loss_and_state_fn, "sqrtn", has_aux=True))(spec.variables, spec.batch)
+    f = remat.value_and_grad(spec.loss_and_state_fn, "sqrtn", has_aux=True)
+    out = jax.jit(f)(spec.variables, spec.batch)
     assert_tree_close(out, ref)  # ((loss, new_batch_stats), grads)
-    g, aux = jax.jit(remat.grad(spec.loss_and_state_fn, "sqrtn", has_aux=True))(spec.variables, spec.batch)
-    assert_tree_close((g, aux), (ref[1], ref[0][1]))
+    assert sum(s.remat for s in f.applied(spec.variables, spec.batch).segments) >= 2
+
+
+def test_grad_has_aux():
+    params, batch = mlp_setup(depth=4)
+
+    def loss(p, b):
+        return mlp_loss(p, b), {"h": b["x"].sum()}
+
+    (v, aux), g_ref = jax.value_and_grad(loss, has_aux=True)(params, batch)
+    g, aux2 = remat.grad(loss, EveryOther(), has_aux=True)(params, batch)
+    assert_tree_close((g, aux2), (g_ref, aux))
 
 
 def test_argnums_tuple_and_grad():
