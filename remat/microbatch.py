@@ -9,8 +9,8 @@ Two runners share one splitting rule (:func:`split_args`):
   accumulate the gradients on the host side of the loop, measuring each micro-batch's peak.
 
 Splitting rule: only the *non-differentiated* arguments (those not in ``argnums``) are split.
-The batch size ``B`` is the leading dimension of their first leaf with ``ndim >= 1`` (PRNG key
-arrays excluded).  Every leaf whose leading dimension is ``B`` is split into ``k`` equal parts
+The batch size ``B`` is the leading dimension of their largest leaf with ``ndim >= 1`` (PRNG
+key arrays excluded).  Every leaf whose leading dimension is ``B`` is split into ``k`` equal parts
 along axis 0; other leaves (scalars, PRNG keys, per-batch constants) are passed unchanged to every
 micro-batch (so dropout in each micro-batch draws from the same key).
 
@@ -55,23 +55,29 @@ def _is_key(x) -> bool:
 
 
 def batch_size(args: Sequence[Any], argnums: int | Sequence[int] = 0) -> int:
-    """``B``: the leading dimension of the first non-key leaf with ``ndim >= 1`` among the
-    non-differentiated arguments.
+    """``B``: the leading dimension of the largest (most elements) non-key leaf with
+    ``ndim >= 1`` among the non-differentiated arguments (so a raw ``uint32[2]`` PRNG key next
+    to the inputs does not decide it).
 
     Raises:
       MicrobatchError: no such leaf.
     """
     nums = _argnums_tuple(argnums)
+    best, size = None, -1
     for j, a in enumerate(args):
         if j in nums:
             continue
         for leaf in jax.tree_util.tree_leaves(a):
             if np.ndim(leaf) >= 1 and not _is_key(leaf):
-                return int(np.shape(leaf)[0])
-    raise MicrobatchError(
-        "micro-batching needs a non-differentiated argument with a batch axis (axis 0); "
-        f"argnums={argnums!r} leaves none"
-    )
+                n = int(np.prod(np.shape(leaf)))
+                if n > size:
+                    best, size = int(np.shape(leaf)[0]), n
+    if best is None:
+        raise MicrobatchError(
+            "micro-batching needs a non-differentiated argument with a batch axis (axis 0); "
+            f"argnums={argnums!r} leaves none"
+        )
+    return best
 
 
 def _check_k(B: int, k: int) -> None:
