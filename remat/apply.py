@@ -515,6 +515,8 @@ class _Transform:
                     self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
                     has_aux=self.has_aux, stages=self.stages,
                 )
+            if k > 1 and hit.plan is not None:
+                hit = dataclasses.replace(hit, plan=dataclasses.replace(hit.plan, microbatches=k))
             with self._lock:
                 self._cache[key] = hit
         return hit
