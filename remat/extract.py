@@ -128,8 +128,22 @@ class LeafEqn:
         return self.primitive.name
 
 
+# JAX-internal scopes that are not user modules (jax.checkpoint traces its backward recompute
+# under "rematted_computation")
+_IGNORED_SCOPES = frozenset({"rematted_computation"})
+
+
 def _scope_from_stack(stack) -> str:
-    return "/".join(s.name for s in stack.stack if isinstance(s, _siu.Scope))
+    names = [
+        s.name for s in stack.stack if isinstance(s, _siu.Scope) and s.name not in _IGNORED_SCOPES
+    ]
+    # bodies JAX traces under the current (absolute) name stack, e.g. the transposed remat2, get
+    # their caller's scopes twice once prefixed: collapse a repeated leading block
+    for k in range(len(names) // 2, 0, -1):
+        if names[:k] == names[k : 2 * k]:
+            names = names[k:]
+            break
+    return "/".join(names)
 
 
 def scope_of(eqn) -> str:

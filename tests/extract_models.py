@@ -150,6 +150,29 @@ def make_resnet(blocks=3, batch=4, seed=0):
     return loss, params, {"x": x, "y": y}
 
 
+class RematNet(nn.Module):
+    """Blocks wrapped in ``nn.remat``: JAX's own recomputation inside the backward pass."""
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(3):
+            x = nn.remat(Block)()(x)
+        return nn.Dense(3)(x)
+
+
+def make_remat(batch=4, seed=0):
+    m = RematNet()
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(batch, 8)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 3, size=batch), jnp.int32)
+    params = m.init(jax.random.PRNGKey(seed), x)
+
+    def loss(p, b):
+        return _xent(m.apply(p, b["x"]), b["y"])
+
+    return loss, params, {"x": x, "y": y}
+
+
 def make_plain(seed=0):
     """A plain-JAX function (no modules): two tanh layers, a skip, a squared-error loss."""
     rng = np.random.default_rng(seed)
@@ -174,4 +197,5 @@ MODELS = {
     "attention": make_attention,
     "resnet": make_resnet,
     "plain": make_plain,
+    "remat": make_remat,
 }

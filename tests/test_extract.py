@@ -256,3 +256,21 @@ def test_auto_on_a_single_module_balances_equations():
     assert 3 <= len(g.forward_nodes) <= 8
     ref = remat.extract(lambda p, x: m.apply(p, x), params, x, stages="module")
     assert len(ref.forward_nodes) == 1
+
+
+def test_nn_remat_backward_scopes_mirror_forward():
+    """The transposed remat2 body is traced under an absolute name stack plus JAX's
+    ``rematted_computation`` scope; its stages must still carry the forward scope keys."""
+    from extract_models import make_remat
+
+    loss, params, batch = make_remat()
+    g = remat.extract(loss, params, batch, stages="module")
+    check_structure(g)
+    fwd = {v.name[4:] for v in g.forward_nodes}
+    bwd = {v.name[4:].split("#")[0] for v in g.backward_nodes}
+    assert bwd <= fwd
+    assert any("CheckpointBlock_2" in k for k in bwd)
+    prims = [p for v, p in zip(g.nodes, g.meta["node_primitives"]) if v.is_backward]
+    # JAX's recompute lives in the backward stages: they contain forward dots + the relu
+    assert sum(p.count("dot_general") for p in prims) > 2 * sum(
+        p.count("dot_general") for v, p in zip(g.nodes, g.meta["node_primitives"]) if not v.is_backward)
