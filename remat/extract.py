@@ -79,6 +79,9 @@ INLINE = {
     "custom_jvp_call": "call_jaxpr",
     "custom_vjp_call": "call_jaxpr",
     "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "custom_jvp_call_jaxpr": "fun_jaxpr",
+    "composite": "jaxpr",
+    "custom_vmap_call": "call_jaxpr",
     "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }

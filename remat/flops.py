@@ -23,6 +23,9 @@ Counting rules (one execution of the equation, in floating-point operations):
 * ``scatter-add`` style scatters: ``size(updates)``; plain ``scatter``: 0.
 * ``scan``: body x ``length``; ``cond``: the most expensive branch; ``while``: one iteration of
   cond + body (the trip count is unknown statically).
+* linear algebra (textbook operation counts, approximate): ``cholesky`` n^3/3, ``triangular_solve``
+  m^2 k, ``lu`` ~2/3 n^3, ``qr`` 2mn^2 - 2/3 n^3, ``eigh``/``eig`` 9 n^3, ``svd`` 4mn^2 + 8n^3,
+  ``fft`` 5 N log2 N per transform (all times the batch).
 
 A primitive outside these tables raises :class:`~remat.errors.UnsupportedPrimitiveError`.
 """
@@ -46,7 +49,11 @@ ZERO = frozenset(
     name optimization_barrier random_wrap random_unwrap random_seed random_key_data stop_gradient
     split sharding_constraint mesh_cast reshard pvary broadcast zeros_like full_like
     tie_in axis_index create_token after_all debug_callback squeeze_p real_p scatter
-    platform_index empty pure_callback io_callback
+    platform_index empty pure_callback io_callback empty2 empty_ref broadcast_to tile stack unstack
+    iota_2x32_shape layout_constraint with_memory_space_constraint pin unpin random_clone from_edtype
+    to_edtype shape_assertion dim_as_value dimension_size inspect_sharding debug_print tie freeze
+    check dce_sink pbroadcast reduced_vary_cast_p vary_unreduced_cast_p all_gather all_to_all
+    ppermute get swap unreachable
     """.split()
 )
 
@@ -58,7 +65,9 @@ ELEMENTWISE = frozenset(
     bessel_i0e bessel_i1e regularized_incomplete_beta polygamma zeta integer_pow select_n clamp
     eq ne lt le gt ge and or not xor shift_left shift_right_logical shift_right_arithmetic
     population_count clz nextafter square reciprocal add_any conj real imag complex
-    reduce_precision threefry2x32 random_bits random_fold_in random_split tan
+    reduce_precision threefry2x32 random_bits random_fold_in random_split tan mulhi eq_to le_to
+    lt_to threefry4x32 philox2x32 philox4x32 rng_uniform rng_bit_generator random_gamma psum pmax
+    pmin addupdate
     """.split()
 )
 
@@ -80,7 +89,7 @@ ELEMENT_WEIGHT = {
 REDUCTION = frozenset(
     """
     reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor argmax argmin
-    cumsum cumprod cummax cummin cumlogsumexp reduce reduce_and reduce_or
+    cumsum cumprod cummax cummin cumlogsumexp reduce reduce_and reduce_or approx_top_k
     """.split()
 )
 
@@ -225,6 +234,53 @@ def _random_bits(e) -> float:
     return float(_size(e.outvars[0].aval) * ELEMENT_WEIGHT["random_bits"] * max(1, width // 32))
 
 
+def _batch_mn(aval) -> tuple[int, int, int]:
+    shape = tuple(aval.shape)
+    m, n = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+    return int(math.prod(shape[:-2])), int(m), int(n)
+
+
+def _cholesky(e) -> float:
+    b, n, _ = _batch_mn(e.invars[0].aval)
+    return b * n**3 / 3.0
+
+
+def _triangular_solve(e) -> float:
+    b, m, _ = _batch_mn(e.invars[0].aval)
+    k = _size(e.invars[1].aval) / max(b * m, 1)
+    return b * m * m * k
+
+
+def _lu(e) -> float:
+    b, m, n = _batch_mn(e.invars[0].aval)
+    k = min(m, n)
+    return b * (m * n * k - (m + n) * k * k / 2.0 + k**3 / 3.0) * 2.0
+
+
+def _qr(e) -> float:
+    b, m, n = _batch_mn(e.invars[0].aval)
+    k = min(m, n)
+    return b * (2.0 * m * n * k - 2.0 * k**3 / 3.0 + 1.0)
+
+
+def _eig(e) -> float:
+    b, n, _ = _batch_mn(e.invars[0].aval)
+    return b * 9.0 * n**3
+
+
+def _svd(e) -> float:
+    b, m, n = _batch_mn(e.invars[0].aval)
+    k, big = min(m, n), max(m, n)
+    return b * (4.0 * big * k * k + 8.0 * k**3)
+
+
+def _fft(e) -> float:
+    lengths = e.params.get("fft_lengths") or (1,)
+    n = math.prod(lengths)
+    transforms = _size(e.invars[0].aval) / max(n, 1)
+    return 5.0 * transforms * n * math.log2(max(n, 2))
+
+
 def _top_k(e) -> float:
     return float(_size(e.invars[0].aval))
 
@@ -245,6 +301,23 @@ FLOP_RULES: dict[str, Callable] = {
     "remat2": _call("jaxpr"),
     "checkpoint": _call("jaxpr"),
     "custom_lin": lambda e: 0.0,
+    "custom_jvp_call_jaxpr": _call("fun_jaxpr"),
+    "composite": _call("jaxpr"),
+    "custom_vmap_call": _call("call_jaxpr"),
+    "cholesky": _cholesky,
+    "triangular_solve": _triangular_solve,
+    "lu": _lu,
+    "qr": _qr,
+    "geqrf": _qr,
+    "geqp3": _qr,
+    "householder_product": _qr,
+    "ormqr": _qr,
+    "eigh": _eig,
+    "eig": _eig,
+    "schur": _eig,
+    "hessenberg": _eig,
+    "svd": _svd,
+    "fft": _fft,
     "scatter-add": _scatter_add,
     "scatter_add": _scatter_add,
     "scatter-mul": _scatter_add,

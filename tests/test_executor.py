@@ -240,3 +240,38 @@ def test_argnums_tuple_and_unused_parameter():
     g2 = remat.extract(loss2, p2, x, stages="eqn")
     value, grads, _ = remat.execute(g2, policies.checkpoint_all_plan(g2), p2, x)
     assert_same((value, grads), jax.value_and_grad(loss2)(p2, x))
+
+
+def test_scan_cond_while_model():
+    """nn.scan over layers, lax.cond and a (non-differentiated) while loop run as whole stages."""
+    import flax.linen as nn
+
+    class Blk(nn.Module):
+        @nn.compact
+        def __call__(self, c, _):
+            return nn.relu(nn.Dense(8)(c)), None
+
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.Dense(8)(x)
+            scan = nn.scan(Blk, variable_axes={"params": 0}, split_rngs={"params": True}, length=3)
+            x, _ = scan()(x, None)
+            return nn.Dense(2)(x)
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 8)), jnp.float32)
+    mod = M()
+    params = mod.init(jax.random.PRNGKey(0), x)
+
+    def loss(p, x):
+        y = mod.apply(p, x)
+        y = jax.lax.cond(jnp.sum(y) > 0, lambda y: y * 2.0, jnp.sin, y)
+        scale = jax.lax.while_loop(lambda s: s[0] < 2, lambda s: (s[0] + 1, jnp.tanh(s[1])), (0, jnp.sum(x)))[1]
+        return jnp.mean((y * scale) ** 2)
+
+    g = remat.extract(loss, params, x, stages="module")
+    assert g.meta["notes"]  # the while-loop FLOP caveat is recorded
+    prims = {p for ps in g.meta["node_primitives"] for p in ps}
+    assert {"scan", "cond", "while"} <= prims
+    run_and_check(loss, params, x, g, policies.checkpoint_all_plan(g))
+    run_and_check(loss, params, x, g, every_kth_plan(g, 2))
