@@ -84,12 +84,15 @@ class Checkmate:
                                      fallback=fallback if self.warm_start else None)
         else:
             warm, source = self._warm_start(graph, problem) if self.warm_start else (None, None)
-            left = max(1.0, self.time_limit - (time.perf_counter() - t0))  # warm start counts
+            warm_s = time.perf_counter() - t0
+            left = max(1.0, self.time_limit - warm_s)  # warm start counts
             sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                   threads=self.threads, backend=self.solver, warm_start=warm)
         meta = dict(sol.meta)
-        if self.relax is None and meta.get("warm_start") == "given":
-            meta["warm_start"] = source
+        if self.relax is None:
+            meta["warm_start_time_s"] = warm_s
+            if meta.get("warm_start") == "given":
+                meta["warm_start"] = source
         meta.update(policy=self.name, budget=b, status=sol.status, gap=sol.gap,
                     objective=sol.objective, lower_bound=sol.lower_bound,
                     peak_bytes=sol.peak_bytes, solve_time_s=time.perf_counter() - t0,

@@ -738,7 +738,9 @@ def solve_checkmate(
     chain; at most a quarter of ``time_limit``) runs first: if the warm start is already within
     ``mip_gap`` of its bound the warm start is returned as ``optimal`` without building the MILP,
     and otherwise its bound is kept when the MILP's own bound is weaker (large graphs whose root
-    LP does not finish in time).  The MILP gets the time that is left.
+    LP does not finish in time).  The MILP gets the time that is left; when that is under ten
+    times the small LP's time (the full root LP would not finish and HiGHS overruns its limit in
+    presolve), the warm start is returned with status ``time_limit`` and the LP bound.
 
     Args:
       warm_start: ``(R, S)`` frontier-form schedule, ``"auto"`` (cheapest fitting schedule from
@@ -782,7 +784,7 @@ def solve_checkmate(
         lv = add_checkmate_core(lpm, problem, budget=budget, formulation=dataclasses.replace(
             formulation, memory_chain=False, useful=False))
         try:
-            lps = lpm.solve("highs", time_limit=max(0.5, 0.25 * time_limit), relax=True,
+            lps = lpm.solve("highs", time_limit=0.25 * time_limit, relax=True,
                             threads=threads)
             lp_time = lps.solve_time_s + lps.build_time_s
             if lps.status == "optimal":
@@ -800,12 +802,30 @@ def solve_checkmate(
                     {"method": "warm start proven by the LP bound", "backend": backend,
                      "warm_start": warm_name, "warm_start_objective": wobj, "lp_bound": lp_lb,
                      "note": ""})
+    left = time_limit - (time.perf_counter() - t_start)
+    if warm is not None and lp_time > 0 and left < 10 * lp_time:
+        # the full MILP's root LP costs several times the small LP (n = 401 chain: 11 s vs
+        # minutes); with this little time HiGHS would only overrun its limit in presolve/root LP.
+        # (RENS around this small LP was tried: its 0/1 values contradict the exact memory model,
+        # the fixed sub-MIP was infeasible on a 201-node chain.)
+        wobj = float(problem.costs @ warm[0].sum(axis=0))
+        best = (warm[0], warm[1], wobj)
+        method = "warm start (no time left for the MILP root)"
+        peak, _ = schedule_memory(problem, best[0], best[1])
+        lb = min(max(lp_lb, float(problem.costs.sum())), best[2])
+        st = "optimal" if _gap(best[2], lb) <= mip_gap else "time_limit"
+        return CheckmateSolution(
+            best[0], best[1], st, best[2], lb, _gap(best[2], lb), peak,
+            time.perf_counter() - t_start, 0.0, 0,
+            {"method": method, "backend": backend,
+             "warm_start": warm_name, "warm_start_objective": wobj, "lp_bound": lp_lb,
+             "note": f"{left:.1f} s left < 10 x LP time {lp_time:.1f} s"})
     t_b = time.perf_counter()
     model = MilpModel("checkmate")
     v = add_checkmate_core(model, problem, budget=budget, formulation=formulation)
     x0 = checkmate_vector(model, v, problem, *warm) if warm is not None else None
     build = time.perf_counter() - t_b
-    left = max(1.0, time_limit - (time.perf_counter() - t_start))
+    left = max(0.05 * time_limit, time_limit - (time.perf_counter() - t_start))
     try:
         sol = model.solve(backend, time_limit=left, mip_gap=mip_gap, threads=threads,
                           warm_start=x0, log=log, presolve=presolve, options=options)
