@@ -19,7 +19,7 @@ from remat.errors import InfeasibleBudgetError, InvalidGraphError, SolverError
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
-from solvers.chain_dp import ChainProblem, solve_chain
+from solvers.chain_dp import ChainProblem, _use_fast, solve_chain
 
 
 def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
@@ -107,7 +107,12 @@ class ChainDP:
       budget: activation bytes (or ``"60%"``, ``"512MiB"``); ``None`` = unlimited (no
         recomputation, as checkpoint-all).
       max_levels: most memory levels in the DP table; beyond, sizes are rounded up (status
-        ``"feasible"`` instead of ``"optimal"``).
+        ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode), 128 (fast).
+      mode: ``"exact"``, ``"fast"`` or ``"auto"`` (exact up to 32 forward values, fast beyond),
+        see :func:`solvers.chain_dp.solve_chain`.  The fast mode solves the persistent recursion
+        only (no checkpoint drops) with rounded sizes, vectorised: 500-layer chains in seconds.
+      max_first: fast mode: at most this many first checkpoints per DP state (an explicit
+        approximation, status ``"feasible"``); ``None`` = all.
 
     ``meta["status"]`` is ``"optimal"`` when no size was rounded: optimal over the DP's class
     (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp`), which matched an
@@ -120,7 +125,9 @@ class ChainDP:
     """
 
     budget: int | str | None = None
-    max_levels: int = 4096
+    max_levels: int | None = None
+    mode: str = "auto"
+    max_first: int | None = None
     name: str = dataclasses.field(default="chain_dp", init=False)
 
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
@@ -133,7 +140,8 @@ class ChainDP:
                                solve_time_s=time.perf_counter() - t0)
         iso_peak = int(graph.sizes[iso].max()) if iso else 0
         try:
-            sol = solve_chain(prob, b, max_levels=self.max_levels)
+            sol = solve_chain(prob, b, max_levels=self.max_levels, mode=self.mode,
+                              max_first=self.max_first)
         except InfeasibleBudgetError as e:
             raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
         if iso_peak > b:
@@ -143,15 +151,17 @@ class ChainDP:
             return plan_from_steps(
                 graph, ops_to_steps(s.ops, fwd, bwd, iso), policy="chain_dp", budget=b,
                 status="optimal" if s.exact else "feasible", dp_cost=s.cost,
-                min_budget=max(s.min_budget, iso_peak), dp_unit=s.unit,
+                min_budget=max(s.min_budget, iso_peak), dp_unit=s.unit, exact=s.exact,
+                dp_mode="fast" if fast else "exact",
             )
 
+        fast = _use_fast(prob, self.mode)
         plan = build(sol)
-        if not sol.exact:
+        if not sol.exact and not fast:
             # sizes were rounded up to memory levels: also try nearest rounding, holding back a
             # few levels until the real (replayed) peak fits, and keep the cheaper plan
             for slack in (0, 1, 2, 4, 8, 16):
-                alt = solve_chain(prob, b, max_levels=self.max_levels, rounding="nearest",
+                alt = solve_chain(prob, b, max_levels=self.max_levels, mode=self.mode, rounding="nearest",
                                   slack_levels=slack)
                 if alt.cost >= sol.cost:
                     break
