@@ -212,3 +212,82 @@ def test_extracted_mlp_is_a_chain():
     plan = ChainDP(budget=lo).plan(g)
     rep = remat.simulate(g, plan)
     assert rep.peak_bytes <= lo and rep.overhead >= 1.0
+
+
+# --- fast mode (persistent recursion, vectorised) ----------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_fast_equals_exact_persistent_without_rounding(seed):
+    """No rounding (levels >= budget): the fast mode and the exact mode without anchor drops
+    solve the same recursion by different code; their objectives, the schedules' replayed
+    costs and the minimum budgets must agree, and neither may beat the exhaustive search."""
+    rng = np.random.default_rng(100 + seed)
+    for L in (1, 2, 3, 5, 8, 11):
+        g = remat.chain_graph(L, sizes=rng.integers(1, 7, L), fwd_costs=rng.uniform(0.5, 5, L),
+                              bwd_costs=rng.uniform(0.5, 5, L))
+        prob, fwd, bwd, iso = chain_problem(g)
+        lo = min_feasible_budget(prob, drop_anchors=False)
+        for B in range(lo - 1, g.no_remat_peak() + 1):
+            if B < lo:
+                with pytest.raises(InfeasibleBudgetError) as ei:
+                    solve_chain(prob, B, mode="fast")
+                assert ei.value.min_feasible_bytes == lo
+                continue
+            ex = solve_chain(prob, B, mode="exact", drop_anchors=False, max_levels=10**6)
+            fa = solve_chain(prob, B, mode="fast", max_levels=10**6)
+            assert fa.exact and fa.min_budget == lo
+            assert fa.cost == pytest.approx(ex.cost, rel=1e-6), (L, B)
+            plan = ChainDP(budget=B, mode="fast", max_levels=10**6).plan(g)
+            plan.validate(g)
+            rep = remat.simulate(g, plan)
+            assert rep.peak_bytes <= B
+            assert rep.compute_time_s == pytest.approx(ex.cost, rel=1e-6)
+            if L <= 5:
+                assert rep.compute_time_s >= exhaustive(g, B) - 1e-9
+
+
+@pytest.mark.parametrize("L,max_first", [(120, None), (300, 12)])
+def test_fast_long_chains_fit_budget(L, max_first):
+    rng = np.random.default_rng(L)
+    g = remat.chain_graph(L, sizes=rng.integers(1, 1000, L), fwd_costs=rng.uniform(1, 3, L),
+                          bwd_costs=rng.uniform(1, 6, L))
+    for frac in (0.3, 0.6):
+        B = int(frac * g.no_remat_peak())
+        plan = ChainDP(budget=B, max_first=max_first, max_levels=48).plan(g)
+        plan.validate(g)
+        rep = remat.simulate(g, plan)
+        assert rep.peak_bytes <= B
+        assert plan.meta["dp_mode"] == "fast" and plan.meta["exact"] is False
+        assert plan.meta["status"] == "feasible"
+        # every forward node runs at least once, every backward node exactly once
+        assert g.costs.sum() - 1e-6 <= rep.compute_time_s <= g.costs.sum() + L * 3 * L
+        assert rep.compute_time_s == pytest.approx(plan.meta["dp_cost"], rel=1e-9)
+
+
+def test_fast_restricted_choices_never_better_and_exact_when_wide():
+    rng = np.random.default_rng(7)
+    L = 40
+    g = remat.chain_graph(L, sizes=rng.integers(1, 50, L), fwd_costs=rng.uniform(1, 3, L))
+    prob = chain_problem(g)[0]
+    B = int(0.4 * g.no_remat_peak())
+    full = solve_chain(prob, B, mode="fast", max_levels=64)
+    wide = solve_chain(prob, B, mode="fast", max_levels=64, max_first=L)
+    assert wide.cost == full.cost and wide.ops == full.ops
+    for C in (2, 4, 8):
+        cut = solve_chain(prob, B, mode="fast", max_levels=64, max_first=C)
+        assert cut.cost >= full.cost - 1e-9 and not cut.exact
+    # the minimum budget is the exact one of the persistent class even with a cut
+    lo = min_feasible_budget(prob, drop_anchors=False)
+    with pytest.raises(InfeasibleBudgetError) as ei:
+        solve_chain(prob, lo - 1, mode="fast", max_first=2)
+    assert ei.value.min_feasible_bytes == lo
+    assert solve_chain(prob, lo, mode="fast", max_first=2).min_budget >= lo
+
+
+def test_auto_mode_switches_to_fast_on_long_chains():
+    g_small = remat.chain_graph(8, sizes=2)
+    g_long = remat.chain_graph(40, sizes=2)
+    assert ChainDP(budget="50%").plan(g_small).meta["dp_mode"] == "exact"
+    assert ChainDP(budget="50%").plan(g_long).meta["dp_mode"] == "fast"
+    assert ChainDP(budget="50%", mode="exact").plan(g_long).meta["dp_mode"] == "exact"
