@@ -11,9 +11,12 @@ tolerance ``atol + rtol * |ref|`` (rtol 1e-5, atol 1e-6): ``<= 1`` means equal t
 Command that produced ``experiments/results/apply_benchmark.csv``::
 
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
-        python experiments/apply_benchmark.py --out experiments/results/apply_benchmark.csv
+        python experiments/apply_benchmark.py --runs 15 --out experiments/results/apply_benchmark.csv
 
-(``--models mlp,resnet18`` to run a subset; ``--policy`` to change the policy; ``--runs``.)
+(``--models mlp,resnet18`` to run a subset; ``--policy`` to change the policy.)  Measured on the
+shared 2-core machine while other jobs ran (load average 5-10): wall times are noisy, treat
+ratios within about +-40 % as equal.  ``max_grad_dev_tol`` above 1 (mobilenet_v2 at batch 2) comes
+from BatchNorm over a handful of values, where the changed XLA fusion moves float rounding.
 The flag keeps XLA:CPU from undoing the recomputation, so the wall-time ratio includes it.
 """
 

@@ -22,7 +22,9 @@ Approximation (documented, tested by measurement): a plan is applied through the
 stages it computes exactly once; a stage recomputed several times by the plan (nested
 recomputation) is recomputed once per backward segment here, and a value read across a segment
 boundary (a skip connection out of an unsaved stage) is kept, because ``jax.checkpoint`` saves the
-inputs of a checkpointed segment.
+inputs of a checkpointed segment.  Equations are matched to stages by scope key, so with
+``stages="eqn"`` (several stages per scope) the plan is applied at scope granularity: all
+equations of one scope go to the first stage of that scope.
 
 Micro-batching: with ``microbatches=k`` the non-differentiated arguments are split along axis 0
 (see :func:`remat.microbatch.split_args`) and the per-micro-batch ``value_and_grad`` of the
