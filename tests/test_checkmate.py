@@ -363,3 +363,25 @@ def test_large_coprime_sizes_use_scaled_units_and_stay_exact():
         _check_plan(g, sol, b)
         checked += 1
     assert checked >= 3
+
+
+def test_warm_start_vector_satisfies_every_row():
+    # U and FREE computed directly from (R, S) must satisfy the model exactly, and U's maximum
+    # must equal the replayed peak (the MILP's memory model on normalised schedules)
+    from solvers.checkmate import add_checkmate_core, checkmate_vector
+    from solvers.milp import MilpModel
+
+    rng = np.random.default_rng(11)
+    L = 8
+    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L).tolist(), fwd_costs=rng.uniform(0.5, 2, L))
+    P = CheckmateProblem.from_graph(g)
+    for form in (Formulation(), Formulation(True, True, True)):
+        for _, R, S in heuristic_schedules(P):
+            peak = replay(g, remat.Plan(R=R, S=S)).peak_bytes
+            m = MilpModel()
+            v = add_checkmate_core(m, P.with_budget(peak), formulation=form)
+            x = checkmate_vector(m, v, P, R, S)
+            obj, viol = m.evaluate(x)
+            assert viol <= 1e-9
+            assert obj * v.cost_unit == pytest.approx(float(g.costs @ R.sum(0)))
+            assert x[v.U[v.U >= 0]].max() * v.mem_unit == pytest.approx(peak)
