@@ -403,7 +403,8 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
              "Cells: overhead = compute of the plan / compute of running every node once "
              "(1.000 = no recomputation), solver status when not optimal, MILP gap, wall time. "
              "Peaks are replayed from each plan's R/S (`remat.schedule.replay`) and checked "
-             "against the budget; `over_budget` marks a plan that does not fit.", "",
+             "against the budget; `over_budget` marks a plan that does not fit. `not run`: no "
+             "row for that instance in the CSV (not attempted by the commands above).", "",
              "| graph | n | m | budget | min step | MILP (exact) | LP rounding | best heuristic |",
              "|---|---:|---:|---:|---:|---|---|---|"]
     for g, n, m in keys:
@@ -504,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.command = "python -m experiments.solver_benchmark_published " + " ".join(
         argv if argv is not None else sys.argv[1:])
     rows = read_rows(Path(args.out)) if args.summary_only else sweep(args)
-    cmds = sorted({r.get("command", "") for r in rows} - {""})
+    cmds = [c for c in dict.fromkeys(r.get("command", "") for r in rows) if c]  # file order
     from importlib.metadata import PackageNotFoundError, version
 
     try:
