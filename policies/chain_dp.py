@@ -107,7 +107,7 @@ class ChainDP:
       budget: activation bytes (or ``"60%"``, ``"512MiB"``); ``None`` = unlimited (no
         recomputation, as checkpoint-all).
       max_levels: most memory levels in the DP table; beyond, sizes are rounded up (status
-        ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode), 128 (fast).
+        ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode), 256 (fast).
       mode: ``"exact"``, ``"fast"`` or ``"auto"`` (exact up to 32 forward values, fast beyond),
         see :func:`solvers.chain_dp.solve_chain`.  The fast mode solves the persistent recursion
         only (no checkpoint drops) with rounded sizes, vectorised: 500-layer chains in seconds.
@@ -139,9 +139,13 @@ class ChainDP:
             return p.with_meta(policy="chain_dp", budget=b, status="optimal",
                                solve_time_s=time.perf_counter() - t0)
         iso_peak = int(graph.sizes[iso].max()) if iso else 0
+        fast = _use_fast(prob, self.mode)
+        kw = dict(max_levels=self.max_levels, mode=self.mode, max_first=self.max_first)
         try:
-            sol = solve_chain(prob, b, max_levels=self.max_levels, mode=self.mode,
-                              max_first=self.max_first)
+            # fast mode: nearest rounding first (sizes rounded up by up to a level each add up
+            # over hundreds of held values); the replayed peak is checked below, and sizes are
+            # rounded up (always fits) when it does not fit
+            sol = solve_chain(prob, b, rounding="nearest" if fast else "up", **kw)
         except InfeasibleBudgetError as e:
             raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
         if iso_peak > b:
@@ -155,14 +159,19 @@ class ChainDP:
                 dp_mode="fast" if fast else "exact",
             )
 
-        fast = _use_fast(prob, self.mode)
         plan = build(sol)
-        if not sol.exact and not fast:
+        if fast and not sol.exact and replay(graph, plan, strict=True).peak_bytes > b:
+            # hold back 1/16 of the levels, then round up
+            alt = solve_chain(prob, b, rounding="nearest", slack_levels=max(1, b // sol.unit // 16),
+                              **kw)
+            plan = build(alt)
+            if replay(graph, plan, strict=True).peak_bytes > b:
+                plan = build(solve_chain(prob, b, rounding="up", **kw))
+        elif not sol.exact and not fast:
             # sizes were rounded up to memory levels: also try nearest rounding, holding back a
             # few levels until the real (replayed) peak fits, and keep the cheaper plan
             for slack in (0, 1, 2, 4, 8, 16):
-                alt = solve_chain(prob, b, max_levels=self.max_levels, mode=self.mode, rounding="nearest",
-                                  slack_levels=slack)
+                alt = solve_chain(prob, b, rounding="nearest", slack_levels=slack, **kw)
                 if alt.cost >= sol.cost:
                     break
                 cand = build(alt)

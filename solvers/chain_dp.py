@@ -56,16 +56,32 @@ MILP at 10 budgets.  With unequal sizes, a schedule outside this class was cheap
 ~3,300 (chain, budget) pairs with L <= 6 (by 0.8 %: a checkpoint dropped below a non-input
 anchor whose rebuild keeps values for later layers); ChainDP is optimal over its class.
 
-Complexity: ``O(K·M)`` states (``O(K²·M)`` with anchor dropping) × 2, each evaluating ``O(K)``
-first checkpoints (and every parent ``p``) at once over the ``Lv + 1`` memory levels with numpy:
-``O(K²·M·Lv)`` time (``O(K³·M·Lv)`` with dropping, which ``"auto"`` enables up to K = 32).  This
-is cubic in the chain length: far from 1000 stages in a second (see
-``experiments/chain_dp_timing.py``).  Memory is counted in units of the ``gcd`` of the sizes
-(exact) unless the budget needs more than ``max_levels`` units; then sizes are rounded *up* to
-``ceil(budget / max_levels)`` (the plan fits the real budget, the cost may exceed the optimum;
-``exact=False``), and :class:`policies.chain_dp.ChainDP` also tries nearest rounding with a few
-levels held back, keeping it when the replayed peak fits.  The smallest feasible budget comes
-from the same recursion with ``(min, max)`` in place of ``(min, +)``: exact, no discretisation.
+Complexity (``mode="exact"``): ``O(K·M)`` states (``O(K²·M)`` with anchor dropping) × 2, each
+evaluating ``O(K)`` first checkpoints (and every parent ``p``) at once over the ``Lv + 1``
+memory levels with numpy: ``O(K²·M·Lv)`` time (``O(K³·M·Lv)`` with dropping, which ``"auto"``
+enables up to K = 32), with a Python loop over states.  Memory is counted in units of the
+``gcd`` of the sizes (exact) unless the budget needs more than ``max_levels`` units; then sizes
+are rounded *up* to ``ceil(budget / max_levels)`` (the plan fits the real budget, the cost may
+exceed the optimum; ``exact=False``), and :class:`policies.chain_dp.ChainDP` also tries nearest
+rounding with a few levels held back, keeping it when the replayed peak fits.  The smallest
+feasible budget comes from the same recursion with ``(min, max)`` in place of ``(min, +)``:
+exact, no discretisation.
+
+Fast path (``mode="fast"``, and ``"auto"`` beyond ``AUTO_FAST_ABOVE = 32`` forward values):
+options 1-2 only (rotor's persistent class), tabulated by :class:`_FastDP` without a Python loop
+over states: a state's right parts and left parts lie on strictly shorter diagonals
+``d = hi_eff(k) - a``, so each diagonal is one numpy batch ``[first checkpoints, states,
+levels]`` (``float32``).  The left part and the sweep cost depend on ``(a, j)`` only and are
+cached once per pair, already shifted by ``s_a`` into the right part's memory frame; the sweep's
+working memory is a precomputed ``K × K`` running max.  Same ``O(K²·M·Lv)``-element work as
+the exact recursion without drops (about ``K³·Lv/3`` elements for ``remat.chain_graph``, ~2 ns
+each), ~70× faster at K = 200 because no Python runs per state; equal to the exact mode without
+drops when no size is rounded (``tests/test_chain_dp.py``).  ``max_first = C`` tries only the
+``C/2`` nearest and ``C/2`` geometrically spaced first checkpoints per state: ``O(K²·C·Lv)``,
+an explicit approximation (``exact=False``); the minimum budget is then recomputed with every
+choice before a budget is declared infeasible.  Default 256 levels: with hundreds of held values
+a coarser unit wastes memory (each size rounded to a level), e.g. 64 levels left 46 % of the
+budget unused on a 500-layer chain (``experiments/chain_dp_timing.py``).
 """
 
 from __future__ import annotations
@@ -442,7 +458,7 @@ def solve_chain(
     mode: str = "auto",
     max_levels: int | None = None,
     drop_anchors: bool | str = "auto",
-    table_bytes: int = 2**28,
+    table_bytes: int | None = None,
     rounding: str = "up",
     slack_levels: int = 0,
     max_first: int | None = None,
@@ -457,12 +473,13 @@ def solve_chain(
         ``float32`` tables: :class:`_FastDP`) or ``"auto"`` (exact up to
         ``AUTO_FAST_ABOVE`` forward values, fast beyond).
       max_levels: most memory levels the DP tabulates; beyond, sizes are rounded up
-        (``exact=False``).  Default: 4096 (exact mode), 128 (fast mode).
+        (``exact=False``).  Default: 4096 (exact mode), 256 (fast mode).
       drop_anchors: exact mode only: also let a checkpoint be dropped during the segment to its
         right and rebuilt from the checkpoint below it afterwards (needed for optimality when
         sizes differ); ``"auto"``: on for chains of at most 32 forward values (it costs a
         factor K).
-      table_bytes: cap on the DP table; lowers ``max_levels`` for long chains.
+      table_bytes: cap on the DP tables; lowers ``max_levels`` for long chains.  Default: 256 MiB
+        (exact mode), 1 GiB (fast mode).
       rounding: ``"up"`` (sizes rounded up: the schedule always fits) or ``"nearest"`` (closer
         to the optimum, but the caller must check the real peak; see :class:`ChainDP`).
       slack_levels: memory levels kept in reserve (with ``rounding="nearest"``).
@@ -478,10 +495,12 @@ def solve_chain(
       InfeasibleBudgetError: no schedule fits; ``min_feasible_bytes`` is the DP's exact minimum.
     """
     if _use_fast(p, mode):
-        return _solve_fast(p, budget, max_levels=128 if max_levels is None else max_levels,
-                           table_bytes=table_bytes, rounding=rounding,
+        return _solve_fast(p, budget, max_levels=256 if max_levels is None else max_levels,
+                           table_bytes=2**30 if table_bytes is None else table_bytes,
+                           rounding=rounding,
                            slack_levels=slack_levels, max_first=max_first)
     max_levels = 4096 if max_levels is None else max_levels
+    table_bytes = 2**28 if table_bytes is None else table_bytes
     t0 = time.perf_counter()
     budget = int(budget)
     drop = _use_drop(p, drop_anchors)
@@ -532,7 +551,7 @@ def _solve_fast(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
     if budget < mn:
         raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
     # the float32 table: one row per live (anchor, backward) pair, 2 flags, Lv + 1 levels
-    cap = max(8, int(table_bytes // (4 * 2 * 2 * max(mdp.n_rows, 1))) - 1)
+    cap = max(8, int(table_bytes // (4 * (2 * mdp.n_rows + len(mdp.SW)))) - 1)
     unit, s, g, exact = _units(p, budget, min(max_levels, cap), rounding)
     Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
     dp = _FastDP(_Tables(p, s, g), p.bwd_costs, "cost", Lv, max_first=max_first)
@@ -582,8 +601,9 @@ class _FastDP:
     In ``mode="mem"`` the entries are the least peak (bytes) instead (the ``(min, max)``
     recursion); no memory axis.
 
-    Time ``O(K²·M/… · K · Lv)``: ``Σ_states (d - 1)·(Lv + 1)`` element operations, about
-    ``K³·Lv / 3`` for ``remat.chain_graph`` (both ``h``); memory ``O(K·M·Lv)``.
+    Time: ``Σ_states (d - 1)·(Lv + 1)`` element operations (``min(d - 1, max_first)`` with a
+    cut), about ``K³·Lv / 3`` for ``remat.chain_graph`` (both ``h``); memory ``O(K·M·Lv)``
+    (4 bytes per entry; ``K = 500``, 256 levels: 0.26 GB for ``T`` and ``Q`` together).
     """
 
     def __init__(self, tb: _Tables, bwd_costs: np.ndarray, mode: str, Lv: int = 0,
@@ -598,7 +618,9 @@ class _FastDP:
         A = np.repeat(np.arange(K + 1), cnt)  # a + 1
         kk = np.concatenate([np.arange(c) for c in cnt]) if len(A) else np.zeros(0, np.int64)
         self.sid = np.zeros((K + 1, M + 1), dtype=np.int64)  # 0 = finished
-        self.sid[A, kk] = np.arange(1, len(A) + 1)
+        # rows numbered backward-node-major: the right parts (a + t, k) of a state are adjacent
+        byk = np.lexsort((A, kk))
+        self.sid[A[byk], kk[byk]] = np.arange(1, len(A) + 1)
         self.n_rows = len(A) + 1
         W = Lv + 1 if cost else 1
         self.dt = np.float32 if cost else np.float64
@@ -607,16 +629,20 @@ class _FastDP:
             self.T[0] = 0.0
         else:
             self.T[0, :, 0] = 0.0
-        self.Q = np.full(((K + 1) * max(K, 1), W), INF, dtype=self.dt) if cost else None
-        self.KQ = KQ = max(K, 1)
-        self.Qm = np.full((K + 1) * KQ, INF) if not cost else None
-        # SW[(a + 1)·KQ + t - 1]: working memory of the sweep v_a -> v_{a+t} without v_a
+        # per-(anchor, first checkpoint) tables, packed: entry qoff[a + 1] + t - 1 for
+        # j = a + t, t = 1 .. K - 1 - a
+        KQ = max(K, 1)
+        nq = np.maximum(K - np.arange(K + 1), 1)
+        self.qoff = np.concatenate([[0], np.cumsum(nq)[:-1]])
+        self.Q = np.full((int(nq.sum()), W), INF, dtype=self.dt) if cost else None
+        self.Qm = np.full(int(nq.sum()), INF) if not cost else None
+        # SW[qoff[a + 1] + t - 1]: working memory of the sweep v_a -> v_{a+t} without v_a
         # (max(s_{a+1}, s_{i-1} + s_i for a+1 < i <= a+t)), in memory units
         sw = np.zeros((K + 1, KQ), dtype=np.int64)
         sw[:, 0] = tb.s_ext[np.minimum(np.arange(K + 1) + 1, K)]
         for t in range(2, K + 1):
             sw[:, t - 1] = np.maximum(sw[:, t - 2], tb.pair[np.minimum(np.arange(-1, K) + t, K - 1)])
-        self.SW = sw.ravel()
+        self.SW = sw[np.arange(KQ)[None, :] < nq[:, None]]
         self._offs: dict[int, np.ndarray] = {}
         x = tb.hi_eff[kk]
         d = np.maximum(x - (A - 1), 0)
@@ -679,9 +705,9 @@ class _FastDP:
             col = self.m[None, :] + sa[:, None]
             v = np.take_along_axis(left, np.minimum(col, self.Lv), axis=1) + c[:, None]
             v[col > self.Lv] = INF
-            self.Q[(a + 1) * max(tb.K, 1) + t - 1] = v
+            self.Q[self.qoff[a + 1] + t - 1] = v
         else:
-            self.Qm[(a + 1) * self.KQ + t - 1] = left
+            self.Qm[self.qoff[a + 1] + t - 1] = left
 
     def fill(self) -> None:
         tb = self.tb
@@ -741,7 +767,7 @@ class _FastDP:
             if not h:  # hold: sweep to v_x and keep it
                 c = tb.cumc[x + 1] - tb.cumc[a + 1]
                 hold = T[rows, 1]
-                need = base + self.SW[(a + 1) * self.KQ + d - 1]
+                need = base + self.SW[self.qoff[a + 1] + d - 1]
                 need = np.where(run_ok, INF, need)
                 if cost:
                     v = hold + c.astype(self.dt)[:, None]
@@ -752,14 +778,17 @@ class _FastDP:
             if d >= 2:
                 tt = self._offsets(d)  # first checkpoints j = a + tt
                 rr = self.sid.ravel()[(a[None, :] + tt[:, None] + 1) * (tb.M + 1) + k[None, :]]
-                qi = (a + 1)[None, :] * self.KQ + (tt - 1)[:, None]  # [nj, S]
+                qi = self.qoff[a + 1][None, :] + (tt - 1)[:, None]  # [nj, S]
                 # the sweep a -> j fits iff m' = m - s_a >= base - s_a + SW(a, j)
                 thr = self.SW[qi] + (base - sa)[None, :]
                 if cost:
                     # layout [nj, S, Lv+1] (min over axis 0 is the fast one); frame m' = m - s_a
                     v = np.take(T.reshape(-1, T.shape[2]), rr * 2 + h, axis=0)
                     v += np.take(self.Q, qi, axis=0)
-                    v[thr[:, :, None] > m[None, None, :]] = INF
+                    # thresholds are a few values' sizes: mask only the first columns
+                    tmax = int(min(thr.max(initial=0), self.Lv + 1))
+                    if tmax > 0:
+                        v[:, :, :tmax][thr[:, :, None] > m[None, None, :tmax]] = INF
                     got = v.min(axis=0)  # [S, Lv+1] in frame m'
                     col = m[None, :] - sa[:, None]
                     got = np.take_along_axis(got, np.clip(col, 0, None), axis=1)
