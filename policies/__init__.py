@@ -4,13 +4,17 @@
 """
 
 from policies.base import Policy, available, checkpoint_all_plan, get, register
-from policies.chain_dp import ChainDP  # noqa: F401
+from policies.chain_dp import ChainDP
 from policies.checkmate import Checkmate
 from policies.checkpoint_all import CheckpointAll
-from policies.griewank import Griewank  # noqa: F401
-from policies.jax_policy import JaxPolicy  # noqa: F401
+from policies.griewank import Griewank
+from policies.jax_policy import JaxPolicy
 from policies.poet import Poet
-from policies.recompute_all import RecomputeAll  # noqa: F401
-from policies.sqrtn import SqrtN  # noqa: F401
+from policies.recompute_all import RecomputeAll
+from policies.sqrtn import SqrtN
 
-__all__ = ["Policy", "available", "get", "register", "checkpoint_all_plan", "CheckpointAll"]
+__all__ = [
+    "Policy", "available", "get", "register", "checkpoint_all_plan",
+    "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
+    "Checkmate", "Poet",
+]
