@@ -358,3 +358,37 @@ def test_checkpoint_policy_with_flax_nnx_remat():
 
     assert_tree_close(jax.jit(jax.value_and_grad(loss_r))(state, x), jax.jit(jax.value_and_grad(loss))(state, x))
     assert _named(loss_r, state, x) == saved
+
+
+class BNNet(nn.Module):
+    @nn.compact
+    def __call__(self, x, train=True):
+        for i in range(3):
+            x = nn.Dense(16, name=f"dense{i}")(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train, name=f"bn{i}")(x))
+        return nn.Dense(4, name="head")(x)
+
+
+def test_microbatches_with_batchnorm_state():
+    """BatchNorm state as has_aux with micro-batches: statistics per micro-batch, the returned
+    state is the last micro-batch's (``microbatch_aux="last"``); reference: a Python loop."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (16, 8))
+    y = jax.random.randint(jax.random.PRNGKey(1), (16,), 0, 4)
+    m = BNNet()
+    v = m.init(jax.random.PRNGKey(2), x[:2], train=False)
+
+    def loss_and_state(v, b):
+        logits, state = m.apply(v, b["x"], mutable=["batch_stats"])
+        ce = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), b["y"][:, None], axis=1))
+        return ce, state
+
+    batch = {"x": x, "y": y}
+    outs = [
+        jax.value_and_grad(loss_and_state, has_aux=True)(v, {"x": x[4 * j : 4 * j + 4], "y": y[4 * j : 4 * j + 4]})
+        for j in range(4)
+    ]
+    ref_loss = sum(o[0][0] for o in outs) / 4
+    ref_g = jax.tree_util.tree_map(lambda *a: sum(a) / 4, *[o[1] for o in outs])
+    f = remat.value_and_grad(loss_and_state, "sqrtn", has_aux=True, microbatches=4, microbatch_aux="last")
+    (loss, state), g = jax.jit(f)(v, batch)
+    assert_tree_close((loss, state, g), (ref_loss, outs[-1][0][1], ref_g))
