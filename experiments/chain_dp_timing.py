@@ -1,13 +1,20 @@
-"""ChainDP solve time versus chain length (random heterogeneous chains, budget 50 % of the
-no-remat peak), with and without anchor dropping; writes ``experiments/results/chain_dp_timing.csv``.
+"""ChainDP solve time versus chain length: exact mode (anchor drops up to K = 25, a Python loop
+over states) and the vectorised fast mode (all first checkpoints, or ``max_first`` of them),
+on random heterogeneous chains (``remat.chain_graph(L)``, ``n = 2L + 1`` nodes, sizes uniform
+in 1..99 bytes, forward costs in [1, 3], backward = 2 x forward), budget 50 % of the no-remat
+peak; writes ``experiments/results/chain_dp_timing.csv``.
 
-Command that made the CSV (2-core CPU, nothing else running)::
+Command that made the CSV (2-core CPU shared with other jobs: the 1-minute load average is
+recorded next to each timing, and process CPU time next to wall time)::
 
     /work/venv/bin/python -m experiments.chain_dp_timing
 
-``--quick`` stops at 50 stages.  Each row: forward stages ``K``, memory levels actually used,
-whether the memory was rounded, wall time of ``solvers.chain_dp.solve_chain`` and the
-schedule's cost over checkpoint-all's.
+``--quick`` stops at 50 layers.  Each row: layers ``L`` (forward values ``K = L``, backward
+nodes ``M = L + 1``), mode, ``max_first``, memory levels, whether the DP was exact (no rounding,
+no cut), wall and CPU seconds of ``ChainDP(...).plan(graph)`` (chain detection, DP, plan
+building and the replay check included), the replayed peak over the budget and the schedule's
+compute over checkpoint-all's.  A configuration stops growing L once a run takes longer than
+``--max-seconds`` of wall time.
 """
 
 from __future__ import annotations
@@ -22,32 +29,58 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSV = os.path.join(HERE, "results", "chain_dp_timing.csv")
 
+# (mode, max_first, max_levels, largest L); None levels = the mode's default
+CONFIGS = [
+    ("exact", None, None, 25),  # anchor drops on (K <= 32)
+    ("exact-nodrop", None, None, 50),
+    ("fast", None, None, 500),
+    ("fast", 16, None, 1000),
+    ("fast", 16, 64, 1000),  # coarse memory: the ~1 s configuration for L = 500
+]
+
 
 def main(argv=None) -> None:
     import remat
-    from policies.chain_dp import chain_problem
-    from solvers.chain_dp import solve_chain
+    from policies.chain_dp import ChainDP
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--max-seconds", type=float, default=120.0, help="stop growing K past this")
+    ap.add_argument("--max-seconds", type=float, default=90.0, help="stop growing L past this")
     args = ap.parse_args(argv)
-    sizes_K = [10, 25, 50] if args.quick else [10, 25, 50, 100, 200, 400, 1000]
-    rng = np.random.default_rng(0)
+    sizes_L = [10, 25, 50] if args.quick else [10, 25, 50, 100, 200, 500, 1000]
     rows = []
-    for drop in (True, False):
-        for K in sizes_K:
-            if drop and K > 32:
-                continue
-            g = remat.chain_graph(K, sizes=rng.integers(1, 100, K), fwd_costs=rng.uniform(1, 3, K))
-            prob = chain_problem(g)[0]
+    for mode, max_first, levels, Lmax in CONFIGS:
+        for L in sizes_L:
+            if L > Lmax:
+                break
+            rng = np.random.default_rng(L)
+            g = remat.chain_graph(L, sizes=rng.integers(1, 100, L), fwd_costs=rng.uniform(1, 3, L))
             B = int(0.5 * g.no_remat_peak())
-            t0 = time.perf_counter()
-            sol = solve_chain(prob, B, drop_anchors=drop)
-            wall = time.perf_counter() - t0
-            rows.append({"K": prob.K, "M": prob.M, "drop_anchors": drop, "levels": B // sol.unit,
-                         "exact": sol.exact, "solve_s": round(wall, 3),
-                         "overhead": round(sol.cost / float(g.costs.sum()), 4)})
+            kw = {"mode": "exact", "max_levels": levels} if mode == "exact-nodrop" else \
+                {"mode": mode, "max_levels": levels, "max_first": max_first}
+            pol = ChainDP(budget=B, **kw)
+            if mode == "exact-nodrop":
+                import solvers.chain_dp as sc
+
+                old = sc._use_drop
+                sc._use_drop = lambda p, d: False  # persistent class only, as the fast mode
+            load = os.getloadavg()[0]
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                plan = pol.plan(g)
+            finally:
+                if mode == "exact-nodrop":
+                    sc._use_drop = old
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            rep = remat.simulate(g, plan)
+            rows.append({
+                "L": L, "n_nodes": g.n, "mode": mode, "max_first": max_first or "",
+                "levels": B // int(plan.meta["dp_unit"]), "exact": plan.meta["exact"],
+                "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                "load1": round(load, 2), "load1_after": round(os.getloadavg()[0], 2),
+                "peak_over_budget": round(rep.peak_bytes / B, 4),
+                "overhead": round(rep.overhead, 4),
+            })
             print(rows[-1], flush=True)
             if wall > args.max_seconds:
                 break
