@@ -35,8 +35,9 @@ class Checkmate:
 
     Args:
       budget: bytes or a string (``"60%"`` of the no-remat peak, ``"512MiB"``); ``None`` = no limit.
-      time_limit: solver wall-clock limit in seconds.  On expiry the best schedule found is
-        returned with ``meta["status"] == "time_limit"`` and its gap.
+      time_limit: wall-clock seconds for ``plan()``; the warm start's time (ChainDP's included)
+        is deducted from the solver's share.  On expiry the best schedule found is returned with
+        ``meta["status"] == "time_limit"`` and its gap.
       mip_gap: relative optimality gap at which the MILP stops.
       threads: HiGHS threads (``None``: HiGHS default).
       relax: ``None`` for the exact MILP, ``"lp"`` for LP relaxation + rounding.
@@ -49,7 +50,8 @@ class Checkmate:
 
     Raises:
       InfeasibleBudgetError: with the computed ``min_feasible_bytes``.
-      SolverTimeoutError: no schedule found in time (only possible with ``warm_start=False``).
+      SolverTimeoutError: no schedule found in time (possible only when no warm-start schedule
+        fits the budget, or with ``warm_start=False``).
     """
 
     budget: int | str | None = None
