@@ -648,6 +648,10 @@ class _FastDP:
             sw[:, t - 1] = np.maximum(sw[:, t - 2], tb.pair[np.minimum(np.arange(-1, K) + t, K - 1)])
         self.SW = sw[np.arange(KQ)[None, :] < nq[:, None]]
         self._offs: dict[int, np.ndarray] = {}
+        # store-all bound: state (a, k, h) fits every value v_{a+1} .. v_x at once in
+        # base + cs[x + 1] - cs[a + 1] + pad levels (pad: two gradients and a sweep step)
+        self.cs = np.concatenate([[0], np.cumsum(tb.s)])
+        self.pad = int(2 * tb.g.max(initial=0) + tb.s.max(initial=0))
         x = tb.hi_eff[kk]
         d = np.maximum(x - (A - 1), 0)
         # rank among states with the same anchor and diagonal, larger k first
@@ -786,16 +790,24 @@ class _FastDP:
                 # the sweep a -> j fits iff m' = m - s_a >= base - s_a + SW(a, j)
                 thr = self.SW[qi] + (base - sa)[None, :]
                 if cost:
-                    # layout [nj, S, Lv+1] (min over axis 0 is the fast one); frame m' = m - s_a
-                    v = np.take(T.reshape(-1, T.shape[2]), rr * 2 + h, axis=0)
-                    v += np.take(self.Q, qi, axis=0)
+                    # layout [nj, S, U] (min over axis 0 is the fast one); frame m' = m - s_a.
+                    # Levels >= U: every state of the batch can store all its values there, so
+                    # F is constant (the cost of running every node once) from U - 1 on
+                    U = int(min(self.Lv + 1, (base + self.cs[x + 1] - self.cs[a + 1]).max()
+                                + self.pad + 1))
+                    if U == T.shape[2]:
+                        v = np.take(T.reshape(-1, U), rr * 2 + h, axis=0)
+                        v += np.take(self.Q, qi, axis=0)
+                    else:  # (np.take would copy the whole strided view)
+                        v = T.reshape(-1, T.shape[2])[rr * 2 + h, :U]
+                        v += self.Q[qi, :U]
                     # thresholds are a few values' sizes: mask only the first columns
-                    tmax = int(min(thr.max(initial=0), self.Lv + 1))
+                    tmax = int(min(thr.max(initial=0), U))
                     if tmax > 0:
                         v[:, :, :tmax][thr[:, :, None] > m[None, None, :tmax]] = INF
-                    got = v.min(axis=0)  # [S, Lv+1] in frame m'
+                    got = v.min(axis=0)  # [S, U] in frame m'
                     col = m[None, :] - sa[:, None]
-                    got = np.take_along_axis(got, np.clip(col, 0, None), axis=1)
+                    got = np.take_along_axis(got, np.clip(col, 0, U - 1), axis=1)
                     got[(col < 0) | run_ok[:, None]] = INF
                     best = np.minimum(best, got)
                 else:
