@@ -66,7 +66,7 @@ def run_one(name, opts, policy, runs):
     import numpy as np
 
     import remat
-    from remat.measure import FLAG, hlo_counts, residual_bytes
+    from remat.measurement import FLAG, hlo_counts, residual_bytes
 
     kw = dict(opts)
     bs = kw.pop("batch_size")

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     import jax
 
     import remat
-    from remat.measure import residual_bytes
+    from remat.measurement import residual_bytes
 
     spec = remat.zoo.get_model("resnet18", batch_size=a.batch_size, width=a.width)
     fn = spec.loss_and_state_fn

@@ -2,13 +2,13 @@
 
 ``Graph``, ``Plan``, ``simulate`` and ``load_graph`` import no JAX; the JAX-side entry points
 (``extract``, ``value_and_grad``, ``execute``, ``measure``, ``zoo``, ``devices``) load on first use.
+(Their modules are named differently from the functions, e.g. ``remat.extraction``, so
+importing a module never shadows a function.)
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from remat import errors
 from remat.budget import resolve_budget
@@ -18,15 +18,15 @@ from remat.plan import Plan
 from remat.simulate import Report, simulate
 
 _LAZY = {
-    "extract": ("remat.extract", "extract"),
+    "extract": ("remat.extraction", "extract"),
     "value_and_grad": ("remat.apply", "value_and_grad"),
     "grad": ("remat.apply", "grad"),
     "checkpoint": ("remat.apply", "checkpoint"),
     "checkpoint_policy": ("remat.apply", "checkpoint_policy"),
     "execute": ("remat.executor", "execute"),
     "ExecStats": ("remat.executor", "ExecStats"),
-    "measure": ("remat.measure", "measure"),
-    "Measurement": ("remat.measure", "Measurement"),
+    "measure": ("remat.measurement", "measure"),
+    "Measurement": ("remat.measurement", "Measurement"),
     "zoo": ("remat.zoo", None),
     "devices": ("remat.devices", None),
 }
@@ -37,30 +37,11 @@ __all__ = [
 ]
 
 
-class _CallableModule(types.ModuleType):
-    """A submodule named like its main function (``remat.extract``, ``remat.measure``): calling
-    the module calls the function, so ``remat.extract(...)`` works whether or not
-    ``remat.extract`` (the module) was imported first (the import system then binds the module)."""
-
-    def __call__(self, *args, **kwargs):
-        return getattr(self, self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and _LAZY.get(name, ("", None))[1] == name:
-            value.__class__ = _CallableModule
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 def __getattr__(name: str):
     if name in _LAZY:
         mod, attr = _LAZY[name]
         m = importlib.import_module(mod)
-        value = m if attr is None or attr == mod.rsplit(".", 1)[1] else getattr(m, attr)
+        value = m if attr is None else getattr(m, attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'remat' has no attribute {name!r}")

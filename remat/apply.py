@@ -7,7 +7,7 @@ an interpreter that turns the plan's *saved forward set* ``plan.saved_forward(gr
 
 * every forward equation is mapped to the forward graph node (stage) that covers it, through the
   module scope keys the extractor records (``graph.program.forward_scopes[i]`` and
-  ``remat.extract.scope_of(eqn)``);
+  ``remat.extraction.scope_of(eqn)``);
 * the forward equations are cut into **segments**: a segment is a maximal run of consecutive
   stages that ends at (and includes) a saved stage, or at the end of the function;
 * a segment that is a single saved stage runs as is (nothing recomputed: checkpoint-all); any
@@ -314,7 +314,7 @@ def _name(v, name):
 
 # --------------------------------------------------------------------------- eqn -> node map
 def _scope_fn():
-    from remat.extract import scope_of  # the module (remat.extract the attribute is the function)
+    from remat.extraction import scope_of
 
     return scope_of
 
@@ -329,7 +329,7 @@ def map_eqns_to_nodes(flat_eqns: Sequence[Any], forward_scopes: Sequence[Sequenc
     Args:
       flat_eqns: the equations of the forward-only jaxpr, in order (``JaxprEqn`` objects).
       forward_scopes: per forward node, the scope keys it covers.
-      scope_of: ``eqn -> str`` (default ``remat.extract.scope_of``).
+      scope_of: ``eqn -> str`` (default ``remat.extraction.scope_of``).
     """
     if scope_of is None:
         scope_of = _scope_fn()

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from remat.errors import ExtractionError, InvalidPlanError
-from remat.extract import Lit
+from remat.extraction import Lit
 from remat.graph import Graph
 from remat.plan import Plan
 

@@ -64,7 +64,7 @@ class Graph:
       name: a label for reports.
       meta: free-form information (``cost_unit``, source file, batch size, ...).
       program: for graphs extracted from JAX, the executable description of each stage
-        (see :mod:`remat.extract`); ``None`` for loaded graphs.
+        (see :mod:`remat.extraction`); ``None`` for loaded graphs.
     """
 
     nodes: tuple[Node, ...]

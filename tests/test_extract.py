@@ -12,7 +12,7 @@ from extract_models import MODELS, make_mlp, make_plain, make_resnet
 
 import remat
 from remat.errors import ExtractionError, UnsupportedPrimitiveError
-from remat.extract import group_keys, scope_of
+from remat.extraction import group_keys, scope_of
 
 
 def leaf_bytes(tree) -> int:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import remat
-from remat.measure import FLAG, Measurement
+from remat.measurement import FLAG, Measurement
 
 
 def mlp_loss(params, batch):
