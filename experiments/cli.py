@@ -18,13 +18,17 @@ import sys
 import time
 from collections.abc import Sequence
 
+#: Batch sizes at which activations, not weight gradients, dominate memory (CLI default).
+DEFAULT_BATCH = {"mlp": 256}
+
 
 def _graph(args):
     import remat
 
     if args.model.endswith(".json"):
         return remat.load_graph(args.model)
-    loss_fn, params, batch = remat.zoo.get(args.model, batch_size=args.batch_size)
+    batch_size = args.batch_size or DEFAULT_BATCH.get(args.model, 8)
+    loss_fn, params, batch = remat.zoo.get(args.model, batch_size=batch_size)
     stages = args.stages
     if stages not in ("auto", "module", "eqn"):
         stages = int(stages)
@@ -109,6 +113,8 @@ def cmd_compare(args) -> int:
     print(f"{'policy':22} {'status':12} {'peak':>12} {'overhead':>9} {'solve_s':>8}  note")
     for r in rows:
         note = (r.get("error") or "")[:60]
+        if r.get("status") == "infeasible":
+            note = f"smallest feasible budget {_fmt_bytes(r.get('min_feasible_bytes'))}"
         ov = r.get("overhead")
         st = r.get("solve_time_s")
         print(
@@ -138,7 +144,8 @@ def _plot_compare(rows, graph, path) -> None:
     ax.set_xlabel("simulated peak activation memory (MiB)")
     ax.set_ylabel("compute overhead vs checkpoint-all")
     ax.set_title(graph.name)
-    ax.legend(fontsize=7)
+    if ok:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -154,7 +161,8 @@ def cmd_sweep(args) -> int:
         def build():
             if name.endswith(".json"):
                 return remat.load_graph(name)
-            loss_fn, params, batch = remat.zoo.get(name, batch_size=args.batch_size)
+            bs = args.batch_size or DEFAULT_BATCH.get(name, 8)
+            loss_fn, params, batch = remat.zoo.get(name, batch_size=bs)
             st = args.stages if args.stages in ("auto", "module", "eqn") else int(args.stages)
             return remat.extract(loss_fn, params, batch, stages=st)
 
@@ -174,9 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def common(sp, model=True):
         if model:
             sp.add_argument("model", help="zoo model name or a node-link JSON graph file")
-        sp.add_argument("--batch-size", type=int, default=8)
+        sp.add_argument("--batch-size", type=int, default=None, help="default: 256 for mlp, else 8")
         sp.add_argument("--stages", default="auto", help='"auto", "module", "eqn" or an int')
-        sp.add_argument("--time-limit", type=float, default=30.0, help="per-solver seconds")
+        sp.add_argument("--time-limit", type=float, default=20.0, help="per-solver seconds")
 
     sp = sub.add_parser("models", help="list zoo models")
     sp.set_defaults(fn=cmd_models)
