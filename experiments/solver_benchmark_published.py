@@ -392,7 +392,8 @@ def _cell(r: dict[str, str] | None) -> str:
         return f"{st} (min feasible {_bytes(r['min_feasible_bytes'])})"
     if st == "infeasible_proven":
         return "infeasible (proven: < single-step need)"
-    return st + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
+    why = f": {r['error'].split(' || ')[0][:60]}" if st in ("error", "crashed") and r.get("error") else ""
+    return st + why + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
 
 
 def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
