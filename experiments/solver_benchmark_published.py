@@ -26,10 +26,22 @@ Rows are appended (and flushed) as each instance finishes; a re-run skips finish
 (graph, m, method) rows, so an interrupted sweep loses nothing.  Rows with status
 ``unavailable`` (policy not registered) or ``skipped`` (``--max-nodes``) are retried.
 
-Command that made ``experiments/results/published_benchmark.csv`` and ``.md`` (2-core CPU, HiGHS;
-see the ``.md`` header for what the committed run covers):
+Commands that made ``experiments/results/published_benchmark.csv`` and ``.md`` (2-core CPU shared
+with other jobs, load average 7-10, HiGHS 1.15; run in this order, each resuming the same CSV;
+the ``.md`` header repeats them and the CSV's ``command`` column says which made each row)::
 
-    python -m experiments.solver_benchmark_published --time-limit 60 --max-nodes 400
+    P="python -m experiments.solver_benchmark_published --time-limit 60"
+    $P --max-nodes 400              # interrupted after MobileNet (time), then:
+    $P --hard-timeout 240 --graphs ResNet50 --mults 0.9 0.8
+    $P --hard-timeout 240 --graphs n250 --mults 0.9 0.8
+    $P --hard-timeout 240 --graphs ResNet50 n250 --mults 0.7 0.6
+    $P --hard-timeout 240 --methods heuristic --force    # once SqrtN/Griewank had landed
+    $P --hard-timeout 240 --graphs n500 --mults 0.9 0.8 --methods milp lp
+    $P --hard-timeout 240 --graphs n1000 --mults 0.9 --methods milp lp --mem-limit-gb 10
+    $P --hard-timeout 240 --graphs n500 --mults 0.7 0.6 --methods milp lp
+
+(random_layered_n1000 at m < 0.9 was not attempted: at m = 0.9 both solves exceeded the 10 GiB
+address-space limit while building the model.)
 
 The full protocol (300 s per solve, every graph) is the default:
 
