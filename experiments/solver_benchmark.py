@@ -18,10 +18,12 @@ Each row records the status, compute cost (``objective``), proven lower bound, r
 it, wall time and the replayed peak; every plan is checked with ``Plan.validate`` and
 ``remat.simulate(...).peak_bytes <= budget`` before it is written.
 
-Made with (2-core CPU, shared with other jobs at the time)::
+Made with (2-core CPU; ``lp_rounding`` rows ran while another benchmark shared the machine,
+``milp``/``milp_policy``/``chain_dp`` rows were re-run on a quiet machine, ``chain_dp`` with the
+policy's current fast mode)::
 
     python -m experiments.solver_benchmark --stages 20 50 100 200 400 --fracs 0.3 0.5 \
-        --dp-stages 20 50 100 200 400 --time-limit 60 --threads 2 \
+        --dp-stages 20 50 100 200 400 1000 --time-limit 60 --threads 2 \
         --out experiments/results/solver_benchmark.csv
 
 The CSV is resumable: rows already present (same n, frac, method) are skipped.
@@ -144,7 +146,7 @@ def run_one(g, frac, method, time_limit, threads):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stages", type=int, nargs="+", default=[20, 50, 100, 200, 400])
-    ap.add_argument("--dp-stages", type=int, nargs="+", default=[20, 50, 100, 200, 400])
+    ap.add_argument("--dp-stages", type=int, nargs="+", default=[20, 50, 100, 200, 400, 1000])
     ap.add_argument("--fracs", type=float, nargs="+", default=[0.3, 0.5])
     ap.add_argument("--methods", nargs="+",
                     default=["milp", "milp_policy", "lp_rounding", "chain_dp"])
