@@ -1023,8 +1023,13 @@ def solve_checkmate_lp(
         if not fits:
             left = max(1.0, time_limit - (time.perf_counter() - t0))
             mf, exact, Rm, Sm = _min_peak_schedule(problem, left)
-            if mf > budget:
-                raise InfeasibleBudgetError(budget, mf, "" if exact else "upper estimate")
+            if mf > budget and exact:
+                raise InfeasibleBudgetError(budget, mf, "the peak-minimising MILP proved it")
+            if mf > budget:  # nothing fits, but nothing proves that no schedule does
+                raise SolverTimeoutError(
+                    f"LP rounding found no schedule within {budget} bytes; the smallest peak "
+                    f"found is {mf} bytes (not proven minimal, so infeasibility is not claimed)"
+                )
             fits.append((Rm, Sm, float(problem.costs @ Rm.sum(0)), mf, None, "min-peak MILP"))
         fits.sort(key=lambda f: f[2])
         best = fits[0][:5]

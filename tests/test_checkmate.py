@@ -385,3 +385,23 @@ def test_warm_start_vector_satisfies_every_row():
             assert viol <= 1e-9
             assert obj * v.cost_unit == pytest.approx(float(g.costs @ R.sum(0)))
             assert x[v.U[v.U >= 0]].max() * v.mem_unit == pytest.approx(peak)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_lp_rounding_claims_infeasibility_only_when_proven(monkeypatch, exact):
+    """When no rounding and no heuristic fits, LP rounding may only raise InfeasibleBudgetError
+    if the peak-minimising MILP *proved* its minimum; an unproven best peak is a time-out."""
+    import solvers.checkmate as sc
+
+    g = remat.chain_graph(5, sizes=[3, 1, 4, 1, 5])
+    budget = int(0.8 * g.no_remat_peak())
+    prob = sc.CheckmateProblem.from_graph(g, budget=budget)
+    R0, S0 = sc.checkpoint_all_schedule(prob)
+    monkeypatch.setattr(sc, "min_r_given_s", lambda problem, S: (R0, S0))  # never fits
+    monkeypatch.setattr(sc, "best_heuristic", lambda problem, b: None)
+    monkeypatch.setattr(
+        sc, "_min_peak_schedule", lambda problem, left, *a, **k: (budget + 1, exact, R0, S0)
+    )
+    expected = InfeasibleBudgetError if exact else SolverTimeoutError
+    with pytest.raises(expected):
+        sc.solve_checkmate_lp(prob, time_limit=10)
