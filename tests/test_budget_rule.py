@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_graphs import FILES, needs_bench
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,14 +27,6 @@ import remat
 from policies import checkpoint_all_plan
 from remat.errors import InfeasibleBudgetError
 
-BENCH = Path(
-    os.environ.get(
-        "REMAT_BENCHMARKS",
-        Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "checkmate-graphs",
-    )
-)
-FILES = sorted(BENCH.glob("*.json")) if BENCH.is_dir() else []
-needs_bench = pytest.mark.skipif(not FILES, reason=f"benchmark graphs not installed ({BENCH})")
 MULTS = (0.9, 0.8, 0.7, 0.6)
 
 

@@ -11,27 +11,18 @@ import importlib
 import inspect
 import json
 import math
-import os
 import pkgutil
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
+from bench_graphs import FILES, needs_bench
 
 import policies
 import remat
 from remat import errors
 from remat.errors import InvalidGraphError
 
-BENCH = Path(
-    os.environ.get(
-        "REMAT_BENCHMARKS",
-        Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "checkmate-graphs",
-    )
-)
-FILES = sorted(BENCH.glob("*.json")) if BENCH.is_dir() else []
-needs_bench = pytest.mark.skipif(not FILES, reason=f"benchmark graphs not installed ({BENCH})")
 bench_files = pytest.mark.parametrize("path", FILES, ids=[p.stem[:24] for p in FILES])
 
 
