@@ -55,6 +55,11 @@ EXEC_MODELS = {
     "resnet18": dict(batch_size=8),
     "vgg16": dict(batch_size=8),
     "bert_small": dict(batch_size=2, seq_len=32),
+    "gpt2_small": dict(batch_size=2, seq_len=32),
+    "resnet50": dict(batch_size=2, image_size=64),
+    "mobilenet_v2": dict(batch_size=2, image_size=64),
+    "squeezenet": dict(batch_size=2, image_size=64),
+    "unet": dict(batch_size=2, image_size=64),
 }
 EXEC_POLICIES = ["checkpoint_all", "sqrtn", "recompute_all"]
 
