@@ -43,7 +43,7 @@ import numpy as np
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, RematError
+from remat.errors import InfeasibleBudgetError, RematError, SolverError
 
 with contextlib.suppress(ImportError):  # registers "chain_dp" when that policy exists
     import policies.chain_dp  # noqa: F401
@@ -119,7 +119,7 @@ def run_one(g, frac, method, time_limit, threads):
                         solve_time_s=round(wall, 3), peak_bytes=rep.peak_bytes,
                         note=f"{plan.R.shape[0]} steps")
         else:
-            raise ValueError(method)
+            raise ValueError(f"unknown method {method!r}")
     except InfeasibleBudgetError as e:
         return _row(g, frac, b, method, status="infeasible",
                     solve_time_s=round(time.perf_counter() - t0, 3),
@@ -128,7 +128,10 @@ def run_one(g, frac, method, time_limit, threads):
         return _row(g, frac, b, method, status="error", note=f"{type(e).__name__}: {e}"[:200],
                     solve_time_s=round(time.perf_counter() - t0, 3))
     rep = _check(g, s.R, s.S, b)
-    assert abs(rep.compute_time_s - s.objective) <= 1e-6 * max(1.0, s.objective)
+    if abs(rep.compute_time_s - s.objective) > 1e-6 * max(1.0, s.objective):
+        raise SolverError(
+            f"{method}: reported objective {s.objective} != replayed compute {rep.compute_time_s}"
+        )
     m = s.meta
     return _row(g, frac, b, method, status=s.status, objective=round(s.objective, 6),
                 lower_bound=round(s.lower_bound, 6), gap=round(s.gap, 6),
