@@ -7,6 +7,7 @@ from policies.base import Policy, available, checkpoint_all_plan, get, register
 from policies.chain_dp import ChainDP
 from policies.checkmate import Checkmate
 from policies.checkpoint_all import CheckpointAll
+from policies.greedy_remat import GreedyRemat
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
 from policies.poet import Poet
@@ -16,5 +17,5 @@ from policies.sqrtn import SqrtN
 __all__ = [
     "Policy", "available", "get", "register", "checkpoint_all_plan",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet",
+    "Checkmate", "Poet", "GreedyRemat",
 ]
