@@ -7,7 +7,7 @@ peak; writes ``experiments/results/chain_dp_timing.csv``.
 Command that made the CSV (2-core CPU shared with other jobs: the 1-minute load average is
 recorded next to each timing, and process CPU time next to wall time)::
 
-    /work/venv/bin/python -m experiments.chain_dp_timing
+    python -m experiments.chain_dp_timing
 
 ``--quick`` stops at 50 layers.  Each row: layers ``L`` (forward values ``K = L``, backward
 nodes ``M = L + 1``), mode, ``max_first``, memory levels, whether the DP was exact (no rounding,

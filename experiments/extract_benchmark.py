@@ -8,7 +8,7 @@ forward loss with XLA and records ``cost_analysis()["flops"]`` and the ratio (sl
 
 Made with::
 
-    /work/venv/bin/python experiments/extract_benchmark.py --repeats 2 --check-flops
+    python experiments/extract_benchmark.py --repeats 2 --check-flops
 
 ``--executor`` instead runs :func:`remat.execute` on a few zoo models under several policies'
 plans and writes ``experiments/results/executor_vs_simulator.json``: simulated peak
@@ -16,7 +16,7 @@ plans and writes ``experiments/results/executor_vs_simulator.json``: simulated p
 largest gradient error against ``jax.value_and_grad`` and the wall time.  Made with::
 
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \
-        /work/venv/bin/python experiments/extract_benchmark.py --executor
+        python experiments/extract_benchmark.py --executor
 
 The acceptance bar: ``resnet50`` at batch 32 extracts in under 30 s on the project's 2-core machine.
 """

@@ -15,7 +15,7 @@ status, gap and solve time.
 Command that made ``experiments/results/poet_deadline_sweep.csv``::
 
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
-        /work/venv/bin/python -m experiments.poet_deadline_sweep
+        python -m experiments.poet_deadline_sweep
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ def _xent(logits, labels):
     return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(labels, logits.shape[-1]), -1))
 
 
-def make_mlp(depth=16, width=8, batch=4, seed=0):
-    m = MLP(depth=depth, width=width)
+def _classifier(m, x_shape, batch, seed):
+    """A stateless classifier task: random x of ``x_shape``, labels in {0, 1, 2}, mean xent."""
     rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.normal(size=(batch, 5)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=x_shape), jnp.float32)
     y = jnp.asarray(rng.integers(0, 3, size=batch), jnp.int32)
     params = m.init(jax.random.PRNGKey(seed), x)
 
@@ -41,6 +41,10 @@ def make_mlp(depth=16, width=8, batch=4, seed=0):
         return _xent(m.apply(p, b["x"]), b["y"])
 
     return loss, params, {"x": x, "y": y}
+
+
+def make_mlp(depth=16, width=8, batch=4, seed=0):
+    return _classifier(MLP(depth=depth, width=width), (batch, 5), batch, seed)
 
 
 class ConvBN(nn.Module):
@@ -138,16 +142,7 @@ class ResNet(nn.Module):
 
 
 def make_resnet(blocks=3, batch=4, seed=0):
-    m = ResNet(blocks=blocks)
-    rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.normal(size=(batch, 5)), jnp.float32)
-    y = jnp.asarray(rng.integers(0, 3, size=batch), jnp.int32)
-    params = m.init(jax.random.PRNGKey(seed), x)
-
-    def loss(p, b):
-        return _xent(m.apply(p, b["x"]), b["y"])
-
-    return loss, params, {"x": x, "y": y}
+    return _classifier(ResNet(blocks=blocks), (batch, 5), batch, seed)
 
 
 class RematNet(nn.Module):
@@ -161,16 +156,7 @@ class RematNet(nn.Module):
 
 
 def make_remat(batch=4, seed=0):
-    m = RematNet()
-    rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.normal(size=(batch, 8)), jnp.float32)
-    y = jnp.asarray(rng.integers(0, 3, size=batch), jnp.int32)
-    params = m.init(jax.random.PRNGKey(seed), x)
-
-    def loss(p, b):
-        return _xent(m.apply(p, b["x"]), b["y"])
-
-    return loss, params, {"x": x, "y": y}
+    return _classifier(RematNet(), (batch, 8), batch, seed)
 
 
 def make_plain(seed=0):

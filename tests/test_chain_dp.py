@@ -5,17 +5,15 @@ MILP, hand counts, and monotonicity."""
 from __future__ import annotations
 
 import heapq
-import os
 
 import numpy as np
 import pytest
+from bench_graphs import BENCH, needs_bench
 
 import remat
 from policies.chain_dp import ChainDP, chain_problem
 from remat.errors import InfeasibleBudgetError, InvalidGraphError
 from solvers.chain_dp import ChainProblem, min_feasible_budget, solve_chain
-
-BENCH = "/work/shared/benchmarks/checkmate-graphs"
 
 
 def exhaustive(graph, budget):
@@ -191,7 +189,7 @@ def test_non_chain_graph_raises():
         ChainDP(budget=10).plan(g)
 
 
-@pytest.mark.skipif(not os.path.isdir(BENCH), reason="published Checkmate graphs not installed")
+@needs_bench
 def test_published_graphs():
     vgg = remat.load_graph(f"{BENCH}/VGG16_b256_224x224_train.json")
     prob, fwd, bwd, iso = chain_problem(vgg)

@@ -4,10 +4,10 @@ independent implementations (checkpoint_all_plan, networkx-free reasoning on sma
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
+from bench_graphs import BENCH, needs_bench
 
 import policies
 import remat
@@ -17,8 +17,6 @@ from policies.jax_policy import JaxPolicy, saveable_nodes
 from policies.recompute_all import RecomputeAll
 from policies.sqrtn import SqrtN, articulation_points
 from remat.errors import InfeasibleBudgetError, InvalidPlanError, UnknownNameError
-
-BENCH = "/work/shared/benchmarks/checkmate-graphs"
 
 
 def fwd_idx(g):
@@ -78,7 +76,7 @@ def test_jax_policy_dots_from_primitives():
         assert set(np.flatnonzero(plan.compute_counts() == 2)) == set(fwd_idx(g)) - keep
 
 
-@pytest.mark.skipif(not os.path.isdir(BENCH), reason="published Checkmate graphs not installed")
+@needs_bench
 def test_jax_policy_name_fallback_on_published_vgg16():
     g = remat.load_graph(f"{BENCH}/VGG16_b256_224x224_train.json")
     names = {g.nodes[i].name for i in saveable_nodes(g, "dots_saveable")}
@@ -153,7 +151,7 @@ def test_every_classic_policy_on_chain_and_registry():
     assert {"recompute_all", "jax_policy", "sqrtn", "griewank", "chain_dp"} <= set(policies.available())
 
 
-@pytest.mark.skipif(not os.path.isdir(BENCH), reason="published Checkmate graphs not installed")
+@needs_bench
 def test_classic_policies_on_published_resnet50():
     g = remat.load_graph(f"{BENCH}/ResNet50_b256_224x224_train.json")
     peaks = {}

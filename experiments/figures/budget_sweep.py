@@ -13,7 +13,7 @@ chain: they report ``error`` on graphs whose stages do not form one (unet's skip
 Command that made ``experiments/results/budget_sweep.csv``::
 
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
-        /work/venv/bin/python -m experiments.figures.budget_sweep
+        python -m experiments.figures.budget_sweep
 
 ``--quick`` runs 4 budgets on vgg16 only, without the exact MILP, into a temporary CSV.  One PNG
 per model is written next to this script (``budget_sweep_<model>.png``, not committed).

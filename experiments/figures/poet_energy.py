@@ -15,7 +15,7 @@ records its MILP status and gap, solve time and the replayed peak (checked <= bu
 Command that made ``experiments/results/poet_energy.csv``::
 
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
-        /work/venv/bin/python -m experiments.figures.poet_energy
+        python -m experiments.figures.poet_energy
 
 (``--quick`` runs a 3-budget subset on ResNet-18 / Cortex-M4 only; the PNG goes next to this
 script and is not committed.)
