@@ -10,6 +10,7 @@ from policies.checkpoint_all import CheckpointAll
 from policies.greedy_remat import GreedyRemat
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
+from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
 from policies.sqrtn import SqrtN
@@ -17,5 +18,5 @@ from policies.sqrtn import SqrtN
 __all__ = [
     "Policy", "available", "get", "register", "checkpoint_all_plan",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat",
+    "Checkmate", "Poet", "GreedyRemat", "Pebbling",
 ]

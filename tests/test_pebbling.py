@@ -1,0 +1,152 @@
+"""The pebbling heuristic (policies.pebbling) and the pebbling lower bound
+(solvers.pebbling_bound), both checked against an exhaustive search of every schedule on tiny
+DAGs, and the heuristic on Moccasin's random layered graphs at budgets greedy_remat misses."""
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+from bench_graphs import FILES, needs_bench
+
+import policies
+import remat
+from policies.pebbling import Pebbling
+from remat.errors import InfeasibleBudgetError
+from solvers.pebbling_bound import prove_infeasible
+
+
+def _random_dag(seed: int, n: int):
+    rng = np.random.default_rng(seed)
+    edges = [(i, j) for j in range(1, n) for i in rng.choice(j, size=min(j, int(rng.integers(1, 3))),
+                                                           replace=False)]
+    sizes = rng.integers(1, 6, n).tolist()
+    costs = rng.uniform(0.5, 2.0, n).tolist()
+    return remat.make_graph([f"v{i}" for i in range(n)], edges, out_bytes=sizes, time_s=costs)
+
+
+def _exact_min_peak(g) -> int:
+    """Smallest peak of *any* schedule (any order, any recomputation) that runs every node,
+    by a bottleneck Dijkstra over (live set, nodes run so far); written from the memory rules
+    alone: running x needs its inputs live and costs the live bytes plus x's output; dropping a
+    value is free."""
+    n = g.n
+    size = [int(s) for s in g.sizes]
+    pmask = [sum(1 << p for p in g.preds[v]) for v in range(n)]
+    full = (1 << n) - 1
+
+    def bytes_of(mask):
+        return sum(size[i] for i in range(n) if mask >> i & 1)
+
+    best = {(0, 0): 0}
+    heap = [(0, 0, 0)]
+    while heap:
+        peak, live, done = heapq.heappop(heap)
+        if done == full:
+            return peak
+        if best.get((live, done), math.inf) < peak:
+            continue
+        moves = []
+        for x in range(n):
+            if not live >> x & 1 and live & pmask[x] == pmask[x]:
+                moves.append((max(peak, bytes_of(live | 1 << x)), live | 1 << x, done | 1 << x))
+        for i in range(n):
+            if live >> i & 1:
+                moves.append((peak, live & ~(1 << i), done))
+        for p, lv, dn in moves:
+            if p < best.get((lv, dn), math.inf):
+                best[(lv, dn)] = p
+                heapq.heappush(heap, (p, lv, dn))
+    raise AssertionError("unreachable")
+
+
+def _check(g, plan, budget):
+    plan.validate(g)
+    rep = remat.simulate(g, plan)
+    assert rep.peak_bytes <= budget
+    assert plan.R.any(axis=0).all()
+    return rep
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bound_and_heuristic_agree_with_exhaustive_search(seed):
+    g = _random_dag(seed, 6)
+    exact = _exact_min_peak(g)
+    peak = g.no_remat_peak()
+    assert exact <= peak
+    preds, sizes = g.preds, g.sizes
+    for b in range(max(1, exact - 3), peak + 1):
+        proof = prove_infeasible(preds, sizes, b)
+        try:
+            plan = Pebbling().plan(g, budget=b)
+        except InfeasibleBudgetError:
+            plan = None
+        if b >= exact:
+            assert not proof.proven, f"bound claims infeasible at {b} >= exact {exact}"
+        if plan is not None:
+            assert b >= exact
+            _check(g, plan, b)
+    # on graphs this small the bound is tight: exact - 1 is proven infeasible
+    assert prove_infeasible(preds, sizes, exact - 1).proven
+
+
+@pytest.mark.parametrize("score", ["auto", "dtr", "belady", "size"])
+def test_at_no_remat_peak_recomputes_nothing(score):
+    g = _random_dag(3, 10)
+    peak = g.no_remat_peak()
+    plan = Pebbling(score=score).plan(g, budget=peak)
+    _check(g, plan, peak)
+    assert int(plan.R.sum()) == g.n and plan.R.shape == (g.n, g.n)
+
+
+def test_infeasible_error_names_a_working_budget():
+    g = remat.chain_graph(6, sizes=[3, 1, 4, 1, 5, 9])
+    with pytest.raises(InfeasibleBudgetError) as ei:
+        Pebbling().plan(g, budget=5)
+    mf = int(ei.value.min_feasible_bytes)
+    assert mf > 5 and "not a proven bound" in str(ei.value)
+    _check(g, Pebbling().plan(g, budget=mf), mf)
+
+
+def test_chain_tight_budget_fits_where_greedy_does_not_need_more():
+    g = remat.chain_graph(12, sizes=4)
+    peak = g.no_remat_peak()
+    b = math.ceil(0.5 * peak)
+    rep = _check(g, Pebbling().plan(g, budget=b), b)
+    assert rep.peak_bytes < peak and rep.recomputations > 0
+
+
+def test_registered():
+    assert isinstance(policies.get("pebbling"), Pebbling)
+
+
+LAYERED_N100 = [f for f in FILES if f.name.startswith("random_layered_n100_")]
+
+
+@needs_bench
+@pytest.mark.parametrize("path", LAYERED_N100, ids=lambda p: p.name.split("_w")[0])
+@pytest.mark.parametrize("m", [0.7, 0.6])
+def test_random_layered_where_greedy_fails(path, m):
+    g = remat.load_graph(path)
+    b = math.ceil(m * g.no_remat_peak())
+    with pytest.raises(InfeasibleBudgetError):
+        policies.get("greedy_remat").plan(g, budget=b)
+    _check(g, Pebbling().plan(g, budget=b), b)
+
+
+def test_bound_proves_below_single_step_need():
+    g = _random_dag(5, 8)
+    need = max(int(g.sizes[v] + g.sizes[list(g.preds[v])].sum()) for v in range(g.n))
+    r = prove_infeasible(g.preds, g.sizes, need - 1)
+    assert r.proven and r.node is not None
+    assert not prove_infeasible(g.preds, g.sizes, g.no_remat_peak()).proven
+
+
+def test_bound_reports_unknown_instead_of_guessing():
+    g = _random_dag(7, 40)
+    need = max(int(g.sizes[v] + g.sizes[list(g.preds[v])].sum()) for v in range(g.n))
+    r = prove_infeasible(g.preds, g.sizes, need + 1, max_states=1)
+    assert not r.proven
+    assert all(0 <= v < g.n for v in r.unknown_nodes)
+
+
