@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from policies.base import budget_bytes, checkpoint_all_plan, register
 from remat.errors import RematError
 from remat.graph import Graph
@@ -127,7 +129,36 @@ class Checkmate:
             R, S = normalize(problem, *ff)
             if schedule_memory(problem, R, S)[0] <= b:
                 cands.append((float(problem.costs @ R.sum(0)), R, S, name))
+        for name, R in _dag_heuristic_plans(graph, b):
+            ff = to_frontier_form(problem, R)
+            if ff is None:
+                continue
+            R, S = normalize(problem, *ff)
+            if schedule_memory(problem, R, S)[0] <= b:
+                cands.append((float(problem.costs @ R.sum(0)), R, S, name))
         if not cands:
             return "auto", "auto"
         cands.sort(key=lambda c: c[0])
         return (cands[0][1], cands[0][2]), cands[0][3]
+
+
+def _dag_heuristic_plans(graph: Graph, budget: int):
+    """``(name, R)`` of the general-DAG heuristics' plans under ``budget`` (greedy_remat, and
+    pebbling in frontier mode, each score): cheap candidates for a warm start on graphs where the
+    chain policies do not apply."""
+    from policies.greedy_remat import SCORES as GREEDY_SCORES
+    from policies.greedy_remat import greedy_steps
+    from policies.pebbling import SCORES as PEBBLE_SCORES
+    from policies.pebbling import _plan, pebbling_steps
+
+    for sc in GREEDY_SCORES:
+        r = greedy_steps(graph, budget, sc)
+        if r is not None:
+            R = np.zeros((graph.n, graph.n), dtype=bool)
+            for t, step in enumerate(r[0]):
+                R[t, step] = True
+            yield f"greedy_remat({sc})", R
+    for sc in PEBBLE_SCORES:
+        r = pebbling_steps(graph, budget, sc, frontier=True)
+        if r is not None:
+            yield f"pebbling({sc}, frontier)", _plan(graph, r[0], r[1]).R

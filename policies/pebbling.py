@@ -57,7 +57,7 @@ from remat.schedule import replay
 SCORES = ("belady", "dtr", "size")  # "auto" tries them in this order
 
 
-def _walk(t, keep, preds, sizes, budget, max_states):
+def _walk(t, keep, preds, sizes, budget, max_states, backtrack=True):
     """Backward depth-first search for step ``t`` from the bases ``keep``.
 
     A state ``X`` is the set of values still needed (by the step's remaining computes or kept
@@ -93,6 +93,8 @@ def _walk(t, keep, preds, sizes, budget, max_states):
             size_y = size_x - sizes[x] + sum(sizes[p] for p in px if p not in X)
             mem = size_y + sizes[x]
             if mem > budget:
+                if not backtrack:
+                    return None  # frontier mode: the largest-index walk or nothing
                 continue
             states += 1
             if states > max_states:
@@ -112,7 +114,8 @@ def _walk(t, keep, preds, sizes, budget, max_states):
     return [p[0] for p in path], [p[1] for p in path], [p[2] for p in path]
 
 
-def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: int | None = None):
+def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: int | None = None,
+                   frontier: bool = False):
     """Run the pebbling heuristic (module docstring) under ``budget`` bytes.
 
     Args:
@@ -120,6 +123,7 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
       budget: device bytes for node outputs.
       score: ``"dtr"``, ``"belady"`` or ``"size"``.
       max_states: search states allowed per step walk (default ``20 * n``).
+      frontier: never backtrack, so every step is one Checkmate frontier stage (fails sooner).
 
     Returns:
       ``(events, before, peak)``: ``events[t]`` the nodes step ``t`` runs in run order (node
@@ -157,18 +161,19 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
     for t in range(n):
         ranked = [u for _, u in sorted((-key(u, next_reader(u, t), t), u) for u in resident)]
         k = len(ranked)
-        best = _walk(t, frozenset(ranked), preds, sizes, budget, probe_states)
+        best = _walk(t, frozenset(ranked), preds, sizes, budget, probe_states, not frontier)
         if best is None:
             lo, hi = -1, len(ranked)  # ranked[:lo] fits (-1: none found yet), ranked[:hi] not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                w = _walk(t, frozenset(ranked[:mid]), preds, sizes, budget, probe_states)
+                w = _walk(t, frozenset(ranked[:mid]), preds, sizes, budget, probe_states,
+                          not frontier)
                 if w is None:
                     hi = mid
                 else:
                     lo, best = mid, w
             if best is None and lo < 0:
-                best = _walk(t, frozenset(), preds, sizes, budget, max_states)
+                best = _walk(t, frozenset(), preds, sizes, budget, max_states, not frontier)
                 lo = 0
             if best is None:
                 return None
@@ -241,11 +246,14 @@ class Pebbling:
         ``"belady"``, ``"size"``.
       search_rtol: relative precision of the heuristic's own minimum budget reported on
         infeasibility.
+      frontier: never backtrack, so the plan is a Checkmate frontier-form schedule (a MILP
+        warm start); fits fewer budgets.
     """
 
     budget: int | str | None = None
     score: str = "auto"
     search_rtol: float = 1e-3
+    frontier: bool = False
     name: str = dataclasses.field(default="pebbling", init=False)
 
     def _scores(self) -> tuple[str, ...]:
@@ -261,7 +269,9 @@ class Pebbling:
         best = None
         costs = graph.costs
         for sc in self._scores():
-            r = pebbling_steps(graph, budget, sc)
+            r = pebbling_steps(graph, budget, sc, frontier=self.frontier)
+            if r is None and self.frontier:
+                continue
             if r is None:
                 # the step that failed could not fit even keeping nothing, a walk that does not
                 # depend on the score: the other scores would fail there too (up to the rare
@@ -280,12 +290,12 @@ class Pebbling:
                  default=0) - 1
         hi = graph.no_remat_peak()
         sc = self._scores()[0]
-        if pebbling_steps(graph, hi, sc) is None:
+        if pebbling_steps(graph, hi, sc, frontier=self.frontier) is None:
             raise SolverError("pebbling failed at the no-remat peak")
         while hi - lo > max(1, int(self.search_rtol * hi)):
             mid = (lo + hi) // 2
             # feasibility barely depends on the score (a failing step keeps nothing)
-            if pebbling_steps(graph, mid, sc) is None:
+            if pebbling_steps(graph, mid, sc, frontier=self.frontier) is None:
                 lo = mid
             else:
                 hi = mid

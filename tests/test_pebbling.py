@@ -150,3 +150,35 @@ def test_bound_reports_unknown_instead_of_guessing():
     assert all(0 <= v < g.n for v in r.unknown_nodes)
 
 
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frontier_mode_is_checkmate_form(seed):
+    """frontier=True plans are Checkmate frontier stages: T = n, step t ends with node t, no
+    node twice in a step, only earlier nodes recomputed."""
+    g = _random_dag(seed, 12)
+    peak = g.no_remat_peak()
+    for frac in (1.0, 0.9, 0.8, 0.7):
+        b = math.ceil(frac * peak)
+        try:
+            plan = Pebbling(frontier=True).plan(g, budget=b)
+        except InfeasibleBudgetError as e:
+            assert e.min_feasible_bytes > b
+            continue
+        _check(g, plan, b)
+        R = plan.R
+        assert R.shape == (g.n, g.n)
+        assert R.diagonal().all() and not np.triu(R, 1).any()
+
+
+@needs_bench
+@pytest.mark.parametrize("path", LAYERED_N100, ids=lambda p: p.name.split("_w")[0])
+def test_checkmate_warm_started_by_dag_heuristics(path):
+    """On a random layered DAG no chain policy applies; the MILP's warm start now comes from
+    greedy_remat or frontier-mode pebbling, and the returned plan fits."""
+    g = remat.load_graph(path)
+    b = math.ceil(0.8 * g.no_remat_peak())
+    plan = policies.Checkmate(time_limit=10).plan(g, budget=b)
+    _check(g, plan, b)
+    assert "greedy_remat" in str(plan.meta.get("warm_start")) or "pebbling" in str(
+        plan.meta.get("warm_start"))
