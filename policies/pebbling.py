@@ -122,7 +122,7 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
       graph: ``n`` nodes in topological index order.
       budget: device bytes for node outputs.
       score: ``"dtr"``, ``"belady"`` or ``"size"``.
-      max_states: search states allowed per step walk (default ``20 * n``).
+      max_states: search states allowed per step walk (default ``200 * n``; keep-set probes ``2 * n``).
       frontier: never backtrack, so every step is one Checkmate frontier stage (fails sooner).
 
     Returns:
@@ -134,8 +134,8 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
     if score not in SCORES:
         raise BudgetFormatError(f"Pebbling score must be one of {SCORES}, got {score!r}")
     n = graph.n
-    max_states = 20 * n if max_states is None else int(max_states)
-    probe_states = max(64, max_states // 10)  # keep-set probes give up sooner than K = {}
+    max_states = 200 * n if max_states is None else int(max_states)
+    probe_states = max(64, min(2 * n, max_states))  # keep-set probes give up sooner
     preds = [frozenset(p) for p in graph.preds]
     succs = [list(s) for s in graph.succs]
     sizes = [int(x) for x in graph.sizes]
