@@ -74,7 +74,13 @@ DEFAULT_OUT = ROOT / "experiments" / "results" / "published_benchmark.csv"
 METHODS = ("milp", "lp", "heuristic")
 DEFAULT_HEURISTICS = (
     "sqrtn", "sqrt_n", "chen_sqrtn", "greedy", "chen_greedy", "chain_dp", "griewank", "revolve",
+    "greedy_remat", "pebbling",
 )
+# a coarser search for the heuristics' own minimum budget when they fail (bisection runs)
+HEURISTIC_OPTIONS: dict[str, dict[str, Any]] = {
+    "pebbling": {"search_rtol": 0.01, "search_time_s": 120.0},
+    "greedy_remat": {"search_rtol": 0.01},
+}
 RETRY_STATUSES = {"unavailable", "skipped"}
 FIELDS = [
     "graph", "n", "edges", "m", "budget_bytes", "no_remat_peak_bytes", "min_step_bytes",
@@ -204,7 +210,7 @@ def _run_policy(graph, name: str, budget: int, **options) -> dict[str, Any]:
 
 
 def solve_instance(path: str, method: str, budget: int, time_limit: float,
-                   heuristics: Sequence[str]) -> dict[str, Any]:
+                   heuristics: Sequence[str], proof_time: float = 120.0) -> dict[str, Any]:
     """One (graph, budget, method) instance; runs in the child process."""
     import remat
 
@@ -226,7 +232,7 @@ def solve_instance(path: str, method: str, budget: int, time_limit: float,
     tried, best, mins = [], None, []
     t0 = time.perf_counter()
     for name in cands:
-        r = _run_policy(graph, name, budget)
+        r = _run_policy(graph, name, budget, **HEURISTIC_OPTIONS.get(name, {}))
         if r.get("min_feasible_bytes") not in (None, ""):
             mins.append(int(r["min_feasible_bytes"]))
         desc = r["status"]
@@ -239,8 +245,21 @@ def solve_instance(path: str, method: str, budget: int, time_limit: float,
     if best is not None:
         best = dict(best, detail=detail, wall_s=time.perf_counter() - t0)
         return best
-    # no heuristic fits: "heuristic_infeasible" (each policy's min_feasible_bytes is under its own
-    # restricted schedule family, not a bound on the problem)
+    # no heuristic fits: try to prove that no schedule at all fits (pebbling lower bound)
+    if proof_time > 0:
+        from solvers.pebbling_bound import prove_infeasible
+
+        pr = prove_infeasible(graph.preds, graph.sizes, budget, time_limit=proof_time)
+        if pr.proven:
+            return {"status": "infeasible_proven", "policy": "pebbling_bound",
+                    "wall_s": time.perf_counter() - t0,
+                    "detail": (f"pebbling bound: every schedule that runs node "
+                               f"{graph.nodes[pr.node].name!r} peaks above the budget "
+                               f"({pr.states} search states, {pr.seconds:.1f} s); {detail}")}
+        detail += (f"; pebbling bound: no proof ({pr.states} states, {len(pr.unknown_nodes)} "
+                   f"nodes undecided, {pr.seconds:.0f} s)")
+    # "heuristic_infeasible" (each policy's min_feasible_bytes is under its own restricted
+    # schedule family, not a bound on the problem)
     return {"status": "heuristic_infeasible"
             if any("infeasible" in t or "over_budget" in t for t in tried) else "not_applicable", "detail": detail, "wall_s": time.perf_counter() - t0,
             "policy": ",".join(cands), **({"min_feasible_bytes": min(mins)} if mins else {})}
@@ -361,7 +380,8 @@ def sweep(args) -> list[dict[str, str]]:
             row.update(status="skipped", detail=f"n={g.n} > --max-nodes {args.max_nodes}")
         else:
             row.update(run_isolated((str(p), method, budget, args.time_limit,
-                                     tuple(args.heuristics)), hard, args.mem_limit_gb))
+                                     tuple(args.heuristics), args.proof_time),
+                                    hard, args.mem_limit_gb))
         row["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         with open(out, "a", newline="") as f:
             csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore").writerow(row)
@@ -403,6 +423,8 @@ def _cell(r: dict[str, str] | None) -> str:
     if st in ("infeasible", "heuristic_infeasible") and r.get("min_feasible_bytes"):
         return f"{st} (min feasible {_bytes(r['min_feasible_bytes'])})"
     if st == "infeasible_proven":
+        if r.get("policy") == "pebbling_bound":
+            return "infeasible (proven: pebbling bound)"
         return "infeasible (proven: < single-step need)"
     why = f": {r['error'].split(' || ')[0][:60]}" if st in ("error", "crashed") and r.get("error") else ""
     return st + why + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
@@ -418,16 +440,26 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
              "Peaks are replayed from each plan's R/S (`remat.schedule.replay`) and checked "
              "against the budget; `over_budget` marks a plan that does not fit. `not run`: no "
              "row for that instance in the CSV (not attempted by the commands above).", "",
-             "| graph | n | m | budget | min step | MILP (exact) | LP rounding | best heuristic |",
-             "|---|---:|---:|---:|---:|---|---|---|"]
+             "Verdict: `feasible` (the cheapest fitting plan of any method), `infeasible` (a "
+             "proof: budget below one node's need, or the pebbling lower bound of "
+             "`solvers.pebbling_bound`, valid for any order and any recomputation), or `open`.",
+             "",
+             "| graph | n | m | budget | min step | MILP (exact) | LP rounding | best heuristic "
+             "| verdict |",
+             "|---|---:|---:|---:|---:|---|---|---|---|"]
+    verdicts = {}
     for g, n, m in keys:
         any_row = next(r for r in rows if r["graph"] == g and r["m"] == m)
+        verdicts[(g, m)] = v = verdict([by.get((g, m, k)) for k in METHODS])
         lines.append(
             f"| {g} | {n} | {m} | {_bytes(any_row['budget_bytes'])} | "
             f"{_bytes(any_row['min_step_bytes'])} | "
-            + " | ".join(_cell(by.get((g, m, k))) for k in METHODS) + " |")
+            + " | ".join(_cell(by.get((g, m, k))) for k in METHODS) + f" | {v} |")
     # aggregates
     lines.append("")
+    kinds = [v.split(" ")[0] for v in verdicts.values()]
+    lines.append(f"- instances: {len(kinds)}; feasible {kinds.count('feasible')}, proven "
+                 f"infeasible {kinds.count('infeasible')}, open {kinds.count('open')}")
     for meth in METHODS:
         rs = [r for r in rows if r["method"] == meth]
         ok = [r for r in rs if r["status"] == "ok"]
@@ -447,6 +479,21 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verdict(rs: Sequence[dict[str, str] | None]) -> str:
+    """One instance's verdict from its method rows: ``feasible (overhead, method)`` for the
+    cheapest plan that fits, ``infeasible (proof)``, or ``open``."""
+    ok = [r for r in rs if r is not None and r["status"] == "ok"]
+    if ok:
+        b = min(ok, key=lambda r: float(r["objective"]))
+        return f"feasible ({_f(b['overhead'])}, {b['method']})"
+    proofs = [r for r in rs if r is not None and r["status"] == "infeasible_proven"]
+    if proofs:
+        kind = ("pebbling bound" if any(r.get("policy") == "pebbling_bound" for r in proofs)
+                else "< single-step need")
+        return f"infeasible ({kind})"
+    return "open"
+
+
 def contradictions(rows: list[dict[str, str]]) -> list[str]:
     """Infeasibility claims refuted by a plan that fits: an ``infeasible`` MILP/LP row whose
     ``min_feasible_bytes`` exceeds the peak of some ``ok`` plan (any method) on the same graph,
@@ -454,8 +501,10 @@ def contradictions(rows: list[dict[str, str]]) -> list[str]:
     out = []
     ok = [r for r in rows if r["status"] == "ok"]
     for r in rows:
-        if r["status"] not in ("infeasible", "infeasible_proven") or r["method"] == "heuristic":
+        if r["status"] not in ("infeasible", "infeasible_proven"):
             continue
+        if r["method"] == "heuristic" and r["status"] != "infeasible_proven":
+            continue  # a heuristic's own minimum is not a claim about the problem
         same = [o for o in ok if o["graph"] == r["graph"]]
         claim = r.get("min_feasible_bytes") or ""
         refuting = [o for o in same if o["m"] == r["m"]]
@@ -501,6 +550,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     ap.add_argument("--heuristics", nargs="*", default=list(DEFAULT_HEURISTICS))
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per MILP/LP solve")
+    ap.add_argument("--proof-time", type=float, default=120.0,
+                    help="seconds for the pebbling lower bound when no heuristic fits (0: off)")
     ap.add_argument("--hard-timeout", type=float, default=None,
                     help="wall-clock kill per instance (default 3 x time limit + 120 s)")
     ap.add_argument("--mem-limit-gb", type=float, default=12.0,

@@ -122,7 +122,7 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
       graph: ``n`` nodes in topological index order.
       budget: device bytes for node outputs.
       score: ``"dtr"``, ``"belady"`` or ``"size"``.
-      max_states: search states allowed per step walk (default ``200 * n``; keep-set probes ``2 * n``).
+      max_states: search states per step walk (default ``200 * n``; keep-set probes ``2 * n``).
       frontier: never backtrack, so every step is one Checkmate frontier stage (fails sooner).
 
     Returns:
@@ -246,6 +246,8 @@ class Pebbling:
         ``"belady"``, ``"size"``.
       search_rtol: relative precision of the heuristic's own minimum budget reported on
         infeasibility.
+      search_time_s: stop that search after this many seconds and report the smallest budget
+        found to work so far (coarser, still a budget at which the heuristic succeeds).
       frontier: never backtrack, so the plan is a Checkmate frontier-form schedule (a MILP
         warm start); fits fewer budgets.
     """
@@ -254,6 +256,7 @@ class Pebbling:
     score: str = "auto"
     search_rtol: float = 1e-3
     frontier: bool = False
+    search_time_s: float | None = None
     name: str = dataclasses.field(default="pebbling", init=False)
 
     def _scores(self) -> tuple[str, ...]:
@@ -282,17 +285,23 @@ class Pebbling:
                 best = (c, r, sc)
         return best
 
-    def min_feasible_budget(self, graph: Graph) -> int:
+    def min_feasible_budget(self, graph: Graph, failed_at: int | None = None) -> int:
         """Smallest budget (bytes, within ``search_rtol``) at which this heuristic succeeds:
-        bisection between the largest single-node need and the no-remat peak."""
+        bisection between the largest single-node need (or ``failed_at``, a budget it is known
+        to fail at) and the no-remat peak."""
         sizes = graph.sizes
         lo = max((int(sizes[v] + sizes[list(graph.preds[v])].sum()) for v in range(graph.n)),
                  default=0) - 1
+        if failed_at is not None:
+            lo = max(lo, int(failed_at))
         hi = graph.no_remat_peak()
         sc = self._scores()[0]
         if pebbling_steps(graph, hi, sc, frontier=self.frontier) is None:
             raise SolverError("pebbling failed at the no-remat peak")
+        t0 = time.perf_counter()
         while hi - lo > max(1, int(self.search_rtol * hi)):
+            if self.search_time_s is not None and time.perf_counter() - t0 > self.search_time_s:
+                break
             mid = (lo + hi) // 2
             # feasibility barely depends on the score (a failing step keeps nothing)
             if pebbling_steps(graph, mid, sc, frontier=self.frontier) is None:
@@ -309,7 +318,7 @@ class Pebbling:
         found = self._best(graph, int(b))
         if found is None:
             raise InfeasibleBudgetError(
-                b, self.min_feasible_budget(graph),
+                b, self.min_feasible_budget(graph, failed_at=int(b)),
                 "pebbling heuristic's own minimum (bisection), not a proven bound",
             )
         _, (events, before, _), sc = found
