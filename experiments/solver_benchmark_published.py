@@ -40,8 +40,15 @@ the ``.md`` header repeats them and the CSV's ``command`` column says which made
     $P --hard-timeout 240 --graphs n1000 --mults 0.9 --methods milp lp --mem-limit-gb 10
     $P --hard-timeout 240 --graphs n500 --mults 0.7 0.6 --methods milp lp
 
-(random_layered_n1000 at m < 0.9 was not attempted: at m = 0.9 both solves exceeded the 10 GiB
-address-space limit while building the model.)
+Then, once ``pebbling``, the pebbling bound and the DAG-heuristic warm starts had landed::
+
+    $P --hard-timeout 1200 --graphs random_layered --methods heuristic --force --proof-time 60
+    $P --hard-timeout 1500 --graphs random_layered --methods heuristic --retry-failed --proof-time 60
+    $P --hard-timeout 400 --graphs random_layered_n100_ random_layered_n500_ --methods milp lp --force
+
+(the first of these was stopped after n = 500, m = 0.8; the second re-ran the rows without a
+plan with the then-current code.  MILP/LP on random_layered_n1000 at m < 0.9 was not attempted:
+at m = 0.9 both solves exceeded the 10 GiB address-space limit while building the model.)
 
 The full protocol (300 s per solve, every graph) is the default:
 
