@@ -29,6 +29,8 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
+from remat.errors import BudgetFormatError, InvalidGraphError
+
 
 @dataclasses.dataclass(frozen=True)
 class PebblingBound:
@@ -76,11 +78,27 @@ def prove_infeasible(
 
     Returns:
       A :class:`PebblingBound`; ``proven=False`` says only that no proof was found.
+
+    Raises:
+      InvalidGraphError: ``preds``/``sizes`` lengths differ, a size is negative, or an input
+        index is not smaller than its reader's (the search relies on topological indices).
+      BudgetFormatError: a negative or fractional budget.
     """
     t0 = time.perf_counter()
     n = len(sizes)
-    P = [frozenset(p) for p in preds]
+    if len(preds) != n:
+        raise InvalidGraphError(f"preds has {len(preds)} entries but sizes has {n}")
+    P = [frozenset(int(p) for p in ps) for ps in preds]
     sz = [int(s) for s in sizes]
+    for v in range(n):
+        if sz[v] < 0:
+            raise InvalidGraphError(f"negative output size {sz[v]}", node=v)
+        bad = [p for p in P[v] if not 0 <= p < v]
+        if bad:
+            raise InvalidGraphError(
+                f"input {bad[0]} is not an earlier node (indices must be topological)", node=v)
+    if int(budget) != budget or budget < 0:
+        raise BudgetFormatError(f"budget must be a non-negative number of bytes, got {budget!r}")
     budget = int(budget)
     if nodes is None:
         nodes = sorted(range(n), key=lambda v: -(sz[v] + sum(sz[p] for p in P[v])))

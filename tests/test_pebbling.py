@@ -182,3 +182,17 @@ def test_checkmate_warm_started_by_dag_heuristics(path):
     _check(g, plan, b)
     assert "greedy_remat" in str(plan.meta.get("warm_start")) or "pebbling" in str(
         plan.meta.get("warm_start"))
+
+
+def test_bound_rejects_bad_input_with_typed_errors():
+    from remat.errors import BudgetFormatError, InvalidGraphError
+
+    with pytest.raises(InvalidGraphError):
+        prove_infeasible([(), (0,)], [1], 5)  # lengths differ
+    with pytest.raises(InvalidGraphError) as ei:
+        prove_infeasible([(), (0,)], [1, -2], 5)
+    assert ei.value.node == 1
+    with pytest.raises(InvalidGraphError):
+        prove_infeasible([(1,), ()], [1, 1], 5)  # not topological: node 0 reads node 1
+    with pytest.raises(BudgetFormatError):
+        prove_infeasible([(), (0,)], [1, 1], -1)
