@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from remat.budget import resolve_budget
-from remat.errors import UnknownNameError
+from remat.errors import SolverError, UnknownNameError
 from remat.graph import Graph
 from remat.plan import Plan
 
@@ -68,3 +69,42 @@ def checkpoint_all_plan(graph: Graph) -> Plan:
     i = np.arange(n)[None, :]
     S = (i < t) & (t <= graph.last_reader[None, :])
     return Plan(R=np.eye(n, dtype=bool), S=S, meta={"policy": "checkpoint_all", "status": "optimal"})
+
+
+def bisect_min_budget(
+    graph: Graph,
+    fits: Callable[[int], bool],
+    *,
+    rtol: float,
+    name: str,
+    failed_at: int | None = None,
+    time_s: float | None = None,
+) -> int:
+    """Smallest budget (bytes, within ``rtol`` of it) at which a heuristic succeeds.
+
+    Bisection between the largest single-node need (``out_bytes[v] + Σ out_bytes[preds(v)]``,
+    below which nothing fits) or ``failed_at`` (a budget ``fits`` is known to reject) and
+    :meth:`Graph.no_remat_peak`.  The result is always a budget ``fits`` was run at and accepted
+    (so a heuristic's own minimum, not a proven bound); ``time_s`` stops the bisection early.
+
+    Raises:
+      SolverError: ``fits`` rejects the no-remat peak (where nothing needs recomputing).
+    """
+    sizes = graph.sizes
+    lo = max((int(sizes[v] + sizes[list(graph.preds[v])].sum()) for v in range(graph.n)),
+             default=0) - 1
+    if failed_at is not None:
+        lo = max(lo, int(failed_at))
+    hi = graph.no_remat_peak()
+    if not fits(hi):
+        raise SolverError(f"{name} failed at the no-remat peak")
+    t0 = time.perf_counter()
+    while hi - lo > max(1, int(rtol * hi)):
+        if time_s is not None and time.perf_counter() - t0 > time_s:
+            break
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -37,7 +37,7 @@ import bisect
 import dataclasses
 import time
 
-from policies.base import budget_bytes, register
+from policies.base import bisect_min_budget, budget_bytes, register
 from policies.from_checkpoints import plan_from_steps
 from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from remat.graph import Graph
@@ -193,19 +193,8 @@ class GreedyRemat:
         Bisection between the largest single-node need and :meth:`Graph.no_remat_peak`; the
         returned budget is one the heuristic was run at and succeeded.
         """
-        sizes = graph.sizes
-        lo = max((int(sizes[v] + sizes[list(graph.preds[v])].sum()) for v in range(graph.n)),
-                 default=0) - 1
-        hi = graph.no_remat_peak()
-        if self._best(graph, hi) is None:  # cannot happen: no eviction is ever needed at hi
-            raise SolverError("greedy_remat failed at the no-remat peak")
-        while hi - lo > max(1, int(self.search_rtol * hi)):
-            mid = (lo + hi) // 2
-            if self._best(graph, mid) is None:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return bisect_min_budget(graph, lambda b: self._best(graph, b) is not None,
+                                 rtol=self.search_rtol, name="greedy_remat")
 
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
         t0 = time.perf_counter()

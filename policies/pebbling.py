@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from policies.base import budget_bytes, register
+from policies.base import bisect_min_budget, budget_bytes, register
 from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -289,26 +289,11 @@ class Pebbling:
         """Smallest budget (bytes, within ``search_rtol``) at which this heuristic succeeds:
         bisection between the largest single-node need (or ``failed_at``, a budget it is known
         to fail at) and the no-remat peak."""
-        sizes = graph.sizes
-        lo = max((int(sizes[v] + sizes[list(graph.preds[v])].sum()) for v in range(graph.n)),
-                 default=0) - 1
-        if failed_at is not None:
-            lo = max(lo, int(failed_at))
-        hi = graph.no_remat_peak()
-        sc = self._scores()[0]
-        if pebbling_steps(graph, hi, sc, frontier=self.frontier) is None:
-            raise SolverError("pebbling failed at the no-remat peak")
-        t0 = time.perf_counter()
-        while hi - lo > max(1, int(self.search_rtol * hi)):
-            if self.search_time_s is not None and time.perf_counter() - t0 > self.search_time_s:
-                break
-            mid = (lo + hi) // 2
-            # feasibility barely depends on the score (a failing step keeps nothing)
-            if pebbling_steps(graph, mid, sc, frontier=self.frontier) is None:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        sc = self._scores()[0]  # feasibility barely depends on it (a failing step keeps nothing)
+        return bisect_min_budget(
+            graph, lambda b: pebbling_steps(graph, b, sc, frontier=self.frontier) is not None,
+            rtol=self.search_rtol, name="pebbling", failed_at=failed_at,
+            time_s=self.search_time_s)
 
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
         t0 = time.perf_counter()
