@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax._src.ad_checkpoint import saved_residuals
+from mlp_models import mlp_setup as shared_mlp_setup
+from mlp_models import relu_mlp_loss
 
 import policies
 import remat
@@ -37,21 +39,11 @@ def residual_bytes(f, *args):
     )
 
 
-def mlp_loss(params, batch):
-    """Plain-JAX MLP, one ``jax.named_scope`` per layer (the extractor's module scopes)."""
-    h = batch["x"]
-    for i, (w, b) in enumerate(params):
-        with jax.named_scope(f"layer{i}"):
-            h = jax.nn.relu(h @ w + b)
-    return jnp.mean((h - batch["y"]) ** 2)
+mlp_loss = relu_mlp_loss
 
 
 def mlp_setup(depth=8, width=32, batch=16, seed=0):
-    key = jax.random.PRNGKey(seed)
-    ks = jax.random.split(key, depth + 2)
-    params = [(jax.random.normal(ks[i], (width, width)) / np.sqrt(width), jnp.full((width,), 0.01)) for i in range(depth)]
-    b = {"x": jax.random.normal(ks[-2], (batch, width)), "y": jax.random.normal(ks[-1], (batch, width))}
-    return params, b
+    return shared_mlp_setup(depth, width, batch, seed=seed, bias=0.01)
 
 
 class EveryOther:

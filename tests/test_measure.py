@@ -10,26 +10,16 @@ import sys
 import textwrap
 
 import jax
-import jax.numpy as jnp
-import numpy as np
+from mlp_models import mlp_setup, relu_mlp_loss
 
 import remat
 from remat.measurement import FLAG, Measurement
 
-
-def mlp_loss(params, batch):
-    h = batch["x"]
-    for i, (w, b) in enumerate(params):
-        with jax.named_scope(f"layer{i}"):
-            h = jax.nn.relu(h @ w + b)
-    return jnp.mean((h - batch["y"]) ** 2)
+mlp_loss = relu_mlp_loss
 
 
 def setup(depth=12, width=64, batch=128):
-    ks = jax.random.split(jax.random.PRNGKey(0), depth + 2)
-    params = [(jax.random.normal(ks[i], (width, width)) / np.sqrt(width), jnp.zeros(width)) for i in range(depth)]
-    b = {"x": jax.random.normal(ks[-2], (batch, width)), "y": jax.random.normal(ks[-1], (batch, width))}
-    return params, b
+    return mlp_setup(depth, width, batch)
 
 
 def vjp_residual_bytes(fn, *args):

@@ -7,25 +7,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mlp_models import mlp_setup, tanh_mlp_loss
 
 import remat
 from remat import microbatch
 from remat.errors import MicrobatchError
 
-
-def mlp_loss(params, batch):
-    h = batch["x"]
-    for i, (w, b) in enumerate(params):
-        with jax.named_scope(f"layer{i}"):
-            h = jnp.tanh(h @ w + b)
-    return jnp.mean((h - batch["y"]) ** 2)
+mlp_loss = tanh_mlp_loss
 
 
 def setup(depth=4, width=32, batch=256):
-    ks = jax.random.split(jax.random.PRNGKey(0), depth + 2)
-    params = [(jax.random.normal(ks[i], (width, width)) / np.sqrt(width), jnp.zeros(width)) for i in range(depth)]
-    b = {"x": jax.random.normal(ks[-2], (batch, width)), "y": jax.random.normal(ks[-1], (batch, width))}
-    return params, b
+    return mlp_setup(depth, width, batch)
 
 
 def test_split_and_merge_rule():
