@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from remat.budget import resolve_budget
-from remat.errors import SolverError, UnknownNameError
+from remat.errors import BudgetFormatError, SolverError, UnknownNameError
 from remat.graph import Graph
 from remat.plan import Plan
 
@@ -69,6 +69,19 @@ def checkpoint_all_plan(graph: Graph) -> Plan:
     i = np.arange(n)[None, :]
     S = (i < t) & (t <= graph.last_reader[None, :])
     return Plan(R=np.eye(n, dtype=bool), S=S, meta={"policy": "checkpoint_all", "status": "optimal"})
+
+
+def choose_scores(score: str, scores: tuple[str, ...], policy: str) -> tuple[str, ...]:
+    """The scores a heuristic runs: all of ``scores`` for ``"auto"``, else ``(score,)``.
+
+    Raises:
+      BudgetFormatError: ``score`` is neither ``"auto"`` nor one of ``scores``.
+    """
+    if score == "auto":
+        return scores
+    if score not in scores:
+        raise BudgetFormatError(f"{policy} score must be 'auto' or one of {scores}, got {score!r}")
+    return (score,)
 
 
 def bisect_min_budget(

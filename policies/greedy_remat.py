@@ -37,7 +37,7 @@ import bisect
 import dataclasses
 import time
 
-from policies.base import bisect_min_budget, budget_bytes, register
+from policies.base import bisect_min_budget, budget_bytes, choose_scores, register
 from policies.from_checkpoints import plan_from_steps
 from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from remat.graph import Graph
@@ -169,13 +169,7 @@ class GreedyRemat:
     name: str = dataclasses.field(default="greedy_remat", init=False)
 
     def _scores(self) -> tuple[str, ...]:
-        if self.score == "auto":
-            return SCORES
-        if self.score not in SCORES:
-            raise BudgetFormatError(
-                f"GreedyRemat score must be 'auto' or one of {SCORES}, got {self.score!r}"
-            )
-        return (self.score,)
+        return choose_scores(self.score, SCORES, "GreedyRemat")
 
     def _best(self, graph: Graph, budget: int) -> tuple[list[list[int]], str] | None:
         best = None

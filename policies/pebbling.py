@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from policies.base import bisect_min_budget, budget_bytes, register
+from policies.base import bisect_min_budget, budget_bytes, choose_scores, register
 from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -260,13 +260,7 @@ class Pebbling:
     name: str = dataclasses.field(default="pebbling", init=False)
 
     def _scores(self) -> tuple[str, ...]:
-        if self.score == "auto":
-            return SCORES
-        if self.score not in SCORES:
-            raise BudgetFormatError(
-                f"Pebbling score must be 'auto' or one of {SCORES}, got {self.score!r}"
-            )
-        return (self.score,)
+        return choose_scores(self.score, SCORES, "Pebbling")
 
     def _best(self, graph: Graph, budget: int):
         best = None
