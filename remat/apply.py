@@ -1,50 +1,44 @@
 """Apply a plan to a real JAX function: a drop-in ``jax.value_and_grad`` with rematerialization.
 
 ``remat.value_and_grad(fn, policy)`` extracts ``fn``'s training graph (:func:`remat.extract`),
-asks ``policy`` for a :class:`~remat.Plan`, and re-evaluates ``jax.make_jaxpr(fn)(*args)`` with
-an interpreter that turns the plan's *saved forward set* ``plan.saved_forward(graph)`` into
-``jax.checkpoint`` annotations:
+asks ``policy`` for a :class:`~remat.Plan`, and re-evaluates ``fn``'s *forward program* (the
+flattened ``jax.make_jaxpr(fn)`` the extractor grouped into stages, :mod:`remat.frontend`) with
+``jax.checkpoint`` segments (:mod:`remat.segments`).  Every forward-program equation belongs to
+exactly the stage the extractor put it in (``graph.program.fwd_node``): no matching by name, so
+plain JAX, Flax linen, Flax nnx and pytree-module code are rematerialized alike.
 
-* every forward equation is mapped to the forward graph node (stage) that covers it, through the
-  module scope keys the extractor records (``graph.program.forward_scopes[i]`` and
-  ``remat.extraction.scope_of(eqn)``);
-* the forward equations are cut into **segments**: a segment is a maximal run of consecutive
-  stages that ends at (and includes) a saved stage, or at the end of the function;
-* a segment that is a single saved stage runs as is (nothing recomputed: checkpoint-all); any
-  other segment is wrapped in ``jax.checkpoint(seg, policy=save_only_these_names(*tags))`` where
-  every value produced by the segment's saved stage is tagged with
-  ``jax.ad_checkpoint.checkpoint_name(value, "remat.n<i>")``.  In the backward pass JAX then
-  recomputes the segment's unsaved stages from the segment's inputs, one segment at a time (Chen
-  et al. 2016's segment recomputation; Checkmate's ``S`` restricted to forward values kept
-  from their forward computation to their backward use).
+A stage the plan computes ``c`` times sits in ``c - 1`` nested checkpoints; the values kept
+between segments are what crosses the segment boundaries.  What cannot be realised exactly
+through ``jax.checkpoint`` is measured and said, never hidden (:class:`Applied`
+``.predicted_residual_bytes`` / ``.residual_bytes`` / ``.notes``; a :class:`RematFidelityWarning`
+when the realisation keeps more than 10% more bytes than the plan counted):
 
-Approximation (documented, tested by measurement): a plan is applied through the set of forward
-stages it computes exactly once; a stage recomputed several times by the plan (nested
-recomputation) is recomputed once per backward segment here, and a value read across a segment
-boundary (a skip connection out of an unsaved stage) is kept, because ``jax.checkpoint`` saves the
-inputs of a checkpointed segment.  Equations are matched to stages by scope key, so with
-``stages="eqn"`` (several stages per scope) the plan is applied at scope granularity: all
-equations of one scope go to the first stage of that scope.
+* a value read across a segment boundary from a recomputed stage (a skip connection) is kept,
+  because ``jax.checkpoint`` saves the inputs of a checkpointed segment;
+* paging (POET page-outs) is applied as keeping the value on the device (``remat.execute``
+  runs it for real).
 
-Micro-batching: with ``microbatches=k`` the non-differentiated arguments are split along axis 0
-(see :func:`remat.microbatch.split_args`) and the per-micro-batch ``value_and_grad`` of the
-rematerialized function is accumulated with ``lax.scan``; the plan is made on the graph extracted
-at micro-batch size.
+Micro-batching: with ``microbatches=k`` the batch is split along axis 0 and the
+per-micro-batch ``value_and_grad`` of the rematerialized function is accumulated with
+``lax.scan`` (:func:`remat.microbatch.accumulate`); the plan is made on the graph extracted at
+micro-batch size.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-from jax.ad_checkpoint import checkpoint_name
-from jax.extend import core as jcore
 
 from remat.errors import ExtractionError, InvalidPlanError, RematError
+from remat.frontend import Lit, bind
+from remat.segments import Segment, plan_segments, walk
 
 __all__ = [
     "value_and_grad",
@@ -53,17 +47,24 @@ __all__ = [
     "checkpoint_policy",
     "resolve_policy",
     "plan_segments",
+    "predicted_residual_bytes",
+    "apply_plan",
+    "execute_microbatched",
     "Applied",
-    "TAG_PREFIX",
+    "Segment",
+    "RematFidelityWarning",
+    "FIDELITY_RTOL",
 ]
 
-TAG_PREFIX = "remat.n"
-"""Prefix of the ``checkpoint_name`` tags the interpreter puts on saved stages' values."""
+FIDELITY_RTOL = 0.10
+"""Realised saved bytes above the prediction by more than this fraction raise a warning (below it
+by more than this fraction: a note)."""
 
-# Call-like primitives whose bodies are inlined so that stage mapping works at the same
-# granularity as the extractor (which flattens them too).  custom_jvp/custom_vjp calls and the
-# user's own remat2 are kept as single equations: inlining them would change differentiation.
-_INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
+_CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated"})
+
+
+class RematFidelityWarning(UserWarning):
+    """The drop-in could not realise the plan exactly (saved bytes differ from the plan's)."""
 
 
 # --------------------------------------------------------------------------- policy resolution
@@ -96,256 +97,97 @@ def _make_plan(pol, graph, budget):
     return pol.plan(graph, budget=budget) if budget is not None else pol.plan(graph)
 
 
-# --------------------------------------------------------------------------- jaxpr flattening
-@dataclasses.dataclass(frozen=True)
-class _FlatEqn:
-    """One leaf equation: ``ins`` are value ids or ``("lit", value)``; ``outs`` ids or -1."""
-
-    eqn: Any
-    ins: tuple
-    outs: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Flat:
-    eqns: tuple[_FlatEqn, ...]
-    in_ids: tuple[int, ...]
-    out_refs: tuple
-    consts: dict  # id -> concrete constant
-
-
-def _flatten(closed) -> _Flat:
-    """Inline call-like primitives of a ClosedJaxpr into one list of leaf equations.
-
-    Name stacks of inlined equations are prefixed with their caller's, so the scope of every leaf
-    equation is absolute (as in the extractor).
-    """
-    counter = [0]
-    consts: dict[int, Any] = {}
-    eqns: list[_FlatEqn] = []
-
-    def new() -> int:
-        counter[0] += 1
-        return counter[0] - 1
-
-    def read(env, v):
-        if isinstance(v, jcore.Literal):
-            return ("lit", v.val)
-        return env[v]
-
-    def run(jaxpr, env, prefix):
-        for e in jaxpr.eqns:
-            key = _INLINE.get(e.primitive.name)
-            sub = e.params.get(key) if key else None
-            if sub is not None:
-                sj = getattr(sub, "jaxpr", sub)
-                senv = {}
-                for cv, c in zip(sj.constvars, getattr(sub, "consts", ())):
-                    i = new()
-                    consts[i] = c
-                    senv[cv] = i
-                senv.update({iv: read(env, ov) for iv, ov in zip(sj.invars, e.invars)})
-                run(sj, senv, prefix + e.source_info.name_stack)
-                for o, io in zip(e.outvars, sj.outvars):
-                    if not isinstance(o, jcore.DropVar):
-                        env[o] = read(senv, io)
-                continue
-            if len(prefix):
-                e = e.replace(source_info=e.source_info.replace(name_stack=prefix + e.source_info.name_stack))
-            ins = tuple(read(env, v) for v in e.invars)
-            outs = []
-            for o in e.outvars:
-                if isinstance(o, jcore.DropVar):
-                    outs.append(-1)
-                else:
-                    i = new()
-                    env[o] = i
-                    outs.append(i)
-            eqns.append(_FlatEqn(e, ins, tuple(outs)))
-
-    from jax._src import source_info_util
-
-    env: dict = {}
-    for cv, c in zip(closed.jaxpr.constvars, closed.consts):
-        i = new()
-        consts[i] = c
-        env[cv] = i
-    in_ids = []
-    for v in closed.jaxpr.invars:
-        i = new()
-        env[v] = i
-        in_ids.append(i)
-    run(closed.jaxpr, env, source_info_util.new_name_stack())
-    out_refs = tuple(read(env, v) for v in closed.jaxpr.outvars)
-    return _Flat(tuple(eqns), tuple(in_ids), out_refs, consts)
-
-
-def _bind(eqn, invals):
-    """Evaluate one equation on ``invals`` (as ``jax.core.eval_jaxpr`` does), keeping its
-    source info so name stacks survive into the transformed program."""
-    from jax._src import source_info_util
-
-    params = eqn.primitive.get_bind_params(eqn.params)
-    name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
-    with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), eqn.ctx.manager:
-        ans = eqn.primitive.bind(*invals, **params)
-    return list(ans) if eqn.primitive.multiple_results else [ans]
-
-
-# --------------------------------------------------------------------------- segmentation
-@dataclasses.dataclass(frozen=True)
-class Segment:
-    """A run of forward equations ``[start, stop)`` (flat equation indices).
-
-    Attributes:
-      nodes: forward graph nodes covered, in order.
-      remat: wrap in ``jax.checkpoint`` (False: a single saved stage, run as is).
-      saved_nodes: nodes whose values are tagged and saved (``save_only_these_names``).
-    """
-
-    start: int
-    stop: int
-    nodes: tuple[int, ...]
-    remat: bool
-    saved_nodes: tuple[int, ...]
-
-
-def plan_segments(eqn_node: Sequence[int], saved: frozenset[int] | set[int]) -> tuple[Segment, ...]:
-    """Cut equations (mapped to forward nodes, non-decreasing) into checkpoint segments.
-
-    A segment closes after the last equation of a saved node.  A segment holding only one saved
-    node is not rematerialized; every other segment is, saving only its saved nodes' values.
-
-    Args:
-      eqn_node: ``int[E]`` forward node of each flat equation (non-decreasing).
-      saved: the plan's saved forward nodes.
-    """
-    eqn_node = np.asarray(eqn_node, dtype=np.int64)
-    E = len(eqn_node)
-    segs: list[Segment] = []
-    if E == 0:
-        return ()
-    # run boundaries of equal node ids
-    change = np.flatnonzero(np.diff(eqn_node)) + 1
-    starts = np.concatenate([[0], change])
-    stops = np.concatenate([change, [E]])
-    seg_start = 0
-    nodes: list[int] = []
-    for a, b in zip(starts, stops):
-        node = int(eqn_node[a])
-        nodes.append(node)
-        if node in saved or b == E:
-            savedn = tuple(n for n in nodes if n in saved)
-            remat = not (len(nodes) == 1 and node in saved)
-            segs.append(Segment(seg_start, int(b), tuple(nodes), remat, savedn))
-            seg_start, nodes = int(b), []
-    return tuple(segs)
-
-
-def _tag(node: int) -> str:
-    return f"{TAG_PREFIX}{node}"
-
-
-def _interpret(flat: _Flat, eqn_node: Sequence[int], saved, *, prevent_cse: bool = True) -> Callable:
-    """A function of the flat inputs that evaluates ``flat`` with the plan's segments."""
-    segs = plan_segments(eqn_node, saved)
-    eqn_node = list(eqn_node)
-    E = len(flat.eqns)
-    # last reader (eqn index) of every value id; outputs of the program read "at E"
-    last = {}
-    for k, fe in enumerate(flat.eqns):
-        for r in fe.ins:
-            if not isinstance(r, tuple):
+# --------------------------------------------------------------------------- the interpreter
+def _io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
+    """Per checkpointed segment: (input value ids read from before it, output ids read after
+    it)."""
+    last: dict[int, int] = {}
+    for k, e in enumerate(eqns):
+        for r in e.ins:
+            if not isinstance(r, Lit):
                 last[r] = k
-    for r in flat.out_refs:
-        if not isinstance(r, tuple):
-            last[r] = E
-    seg_io = []
-    for s in segs:
+    for r in out_refs:
+        if not isinstance(r, Lit):
+            last[r] = len(eqns)
+    io = {}
+    for s in walk(segs):
+        if not s.remat:
+            continue
         produced, needed = set(), []
-        for fe in flat.eqns[s.start : s.stop]:
-            for r in fe.ins:
-                if not isinstance(r, tuple) and r not in produced and r not in flat.consts and r not in needed:
+        for e in eqns[s.start:s.stop]:
+            for r in e.ins:
+                if not isinstance(r, Lit) and r not in produced and r not in consts \
+                        and r not in needed:
                     needed.append(r)
-            produced.update(o for o in fe.outs if o >= 0)
+            produced.update(e.outs)
         outs = sorted(o for o in produced if last.get(o, -1) >= s.stop)
-        seg_io.append((tuple(needed), tuple(outs)))
+        io[(s.start, s.stop, s.level)] = (tuple(needed), tuple(outs))
+    return io
 
-    def run_eqns(seg: Segment, env: dict, tag: bool):
-        for k in range(seg.start, seg.stop):
-            fe = flat.eqns[k]
-            invals = [r[1] if isinstance(r, tuple) else env[r] for r in fe.ins]
-            outvals = _bind(fe.eqn, invals)
-            if tag and eqn_node[k] in seg.saved_nodes:
-                name = _tag(eqn_node[k])
-                outvals = [_name(v, name) for v in outvals]
-            for o, v in zip(fe.outs, outvals):
-                if o >= 0:
-                    env[o] = v
+
+def _interpreter(forward, segs: Sequence[Segment], *, prevent_cse: bool = True) -> Callable:
+    """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``."""
+    eqns = forward.eqns
+    consts = forward.const_env()
+    io = _io(eqns, segs, forward.out_refs, set(consts))
+    nothing = jax.checkpoint_policies.nothing_saveable
+
+    def run(seg_list, env):
+        for s in seg_list:
+            if s.remat:
+                ins, outs = io[(s.start, s.stop, s.level)]
+
+                def body(*vals, _s=s, _ins=ins, _outs=outs):
+                    senv = dict(consts)
+                    senv.update(zip(_ins, vals))
+                    run(_s.children, senv)
+                    return tuple(senv[o] for o in _outs)
+
+                res = jax.checkpoint(body, policy=nothing, prevent_cse=prevent_cse)(
+                    *(env[i] for i in ins))
+                env.update(zip(outs, res))
+                continue
+            for e in eqns[s.start:s.stop]:
+                vals = bind(e, [r.val if isinstance(r, Lit) else env[r] for r in e.ins],
+                            relative=True)
+                env.update(zip(e.outs, vals))
 
     def fun(*flat_args):
-        env = dict(flat.consts)
-        env.update(zip(flat.in_ids, flat_args))
-        for seg, (ins, outs) in zip(segs, seg_io):
-            if not seg.remat:
-                run_eqns(seg, env, tag=False)
-                continue
-
-            def seg_fn(*vals, _seg=seg, _ins=ins, _outs=outs):
-                senv = dict(flat.consts)
-                senv.update(zip(_ins, vals))
-                run_eqns(_seg, senv, tag=True)
-                return tuple(senv[o] for o in _outs)
-
-            pol = jax.checkpoint_policies.save_only_these_names(*(_tag(n) for n in seg.saved_nodes))
-            res = jax.checkpoint(seg_fn, policy=pol, prevent_cse=prevent_cse)(*(env[i] for i in ins))
-            env.update(zip(outs, res))
-        return [r[1] if isinstance(r, tuple) else env[r] for r in flat.out_refs]
+        env = dict(consts)
+        env.update(zip(forward.arg_ids, flat_args))
+        run(segs, env)
+        return [r.val if isinstance(r, Lit) else env[r] for r in forward.out_refs]
 
     return fun
 
 
-def _name(v, name):
-    dt = getattr(v, "dtype", None)
-    if dt is None or jax.dtypes.issubdtype(dt, jax.dtypes.prng_key):
-        return v
-    return checkpoint_name(v, name)
+# --------------------------------------------------------------------------- predictions
+def predicted_residual_bytes(graph, plan) -> int:
+    """Bytes the plan keeps from the forward pass for later use: outputs of forward nodes the
+    plan computes once that a backward node or a recomputed forward node reads (the saved
+    residuals of the rematerialized function, in the graph's model)."""
+    prog = graph.program
+    counts = plan.R.sum(axis=0)
+    is_bwd = graph.is_backward_array
+    later = is_bwd | (counts >= 2)
+    keep = (~is_bwd) & (counts == 1)
+    total = 0
+    seen: set[int] = set()
+    for d in np.flatnonzero(later).tolist():
+        for v in prog.node_inputs[d]:
+            p = prog.producer[v][0]
+            if keep[p] and v not in seen:
+                seen.add(v)
+                total += int(np.prod(prog.avals[v].shape)) * np.dtype(prog.avals[v].dtype).itemsize
+    return total
 
 
-# --------------------------------------------------------------------------- eqn -> node map
-def _scope_fn():
-    from remat.extraction import scope_of
+def _realised_residual_bytes(fn, args) -> int:
+    from jax._src.ad_checkpoint import saved_residuals
 
-    return scope_of
-
-
-def map_eqns_to_nodes(flat_eqns: Sequence[Any], forward_scopes: Sequence[Sequence[str]], scope_of=None) -> np.ndarray:
-    """Forward node index of each equation (non-decreasing), from scope keys.
-
-    Node ``i`` covers the scope keys ``forward_scopes[i]``.  Each equation goes to the first node
-    at or after the current one that covers its scope; an equation whose scope no later node
-    covers (glue code between modules) stays with the current node.
-
-    Args:
-      flat_eqns: the equations of the forward-only jaxpr, in order (``JaxprEqn`` objects).
-      forward_scopes: per forward node, the scope keys it covers.
-      scope_of: ``eqn -> str`` (default ``remat.extraction.scope_of``).
-    """
-    if scope_of is None:
-        scope_of = _scope_fn()
-    where: dict[str, list[int]] = {}
-    for i, keys in enumerate(forward_scopes):
-        for key in keys:
-            where.setdefault(key, []).append(i)
-    cur = 0
-    out = np.zeros(len(flat_eqns), dtype=np.int64)
-    for k, e in enumerate(flat_eqns):
-        cands = where.get(scope_of(e), ())
-        nxt = [i for i in cands if i >= cur]
-        if nxt:
-            cur = nxt[0]
-        out[k] = cur
-    return out
+    res = saved_residuals(fn, *args)
+    return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                   for a, d in res if "argument" not in d))
 
 
 # --------------------------------------------------------------------------- the applied object
@@ -356,13 +198,19 @@ class Applied:
     Attributes:
       graph: the extracted training graph (at micro-batch size when micro-batching).
       plan: the policy's plan (``None`` for ``policy=None``).
-      saved: ``plan.saved_forward(graph)``.
-      segments: the checkpoint segments (see :func:`plan_segments`).
+      saved: ``plan.saved_forward(graph)`` (forward nodes computed once).
+      segments: the top-level checkpoint segments (see :func:`plan_segments`).
       fn: the rematerialized function, same signature and outputs as the original.
-      plan_time_s: extraction + planning + interpretation set-up time, seconds.
-      recompute_dots: dot_general/conv equations the backward pass recomputes (equations of
-        rematerialized segments outside their saved stages); :func:`remat.measure` uses it to
-        check that compilation kept the recomputation.
+      plan_time_s: extraction + planning + set-up time, seconds.
+      recompute_dots: dot/conv equations of checkpointed segments outside their kept stages
+        (:func:`remat.measure` checks that compilation kept the recomputation).
+      predicted_residual_bytes: bytes the plan keeps from the forward pass
+        (:func:`predicted_residual_bytes`), per micro-batch; ``None`` without a plan.
+      residual_bytes: bytes the transformed function really saves for its backward pass
+        (``saved_residuals``, arguments excluded), per micro-batch; ``None`` without a plan.
+      notes: what differs between the plan and its realisation (empty when exact).
+      warnings: the notes that cost memory the plan did not count (also raised as a
+        :class:`RematFidelityWarning`).
     """
 
     graph: Any
@@ -372,6 +220,26 @@ class Applied:
     fn: Callable
     plan_time_s: float
     recompute_dots: int = 0
+    predicted_residual_bytes: int | None = None
+    residual_bytes: int | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        """The realised saved bytes are within :data:`FIDELITY_RTOL` of the prediction and no
+        part of the plan was approximated."""
+        return not self.notes
+
+    def report(self) -> str:
+        """One paragraph: predicted vs realised saved bytes and the notes."""
+        from remat.errors import format_bytes
+
+        if self.plan is None:
+            return "no plan: plain jax.value_and_grad"
+        s = (f"{self.plan.meta.get('policy')}: predicted saved {format_bytes(self.predicted_residual_bytes)}"
+             f", realised {format_bytes(self.residual_bytes)}")
+        return s + ("" if not self.notes else "; " + "; ".join(self.notes))
 
 
 def _abstract(args):
@@ -391,14 +259,44 @@ def _signature(args) -> tuple:
     return (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x)))) for x in leaves))
 
 
-def _loss_only(fn, has_aux):
-    if not has_aux:
-        return fn
-
-    def loss(*a):
-        return fn(*a)[0]
-
-    return loss
+def _fidelity(graph, plan, segs, predicted: int, realised: int) -> tuple[list[str], list[str]]:
+    """``(notes, warnings)``: every difference between the plan and its realisation, and those
+    that cost memory the plan did not count (realised saved bytes above the prediction by more
+    than :data:`FIDELITY_RTOL`, approximated paging, kept skip values)."""
+    notes, warn = [], []
+    counts = plan.R.sum(axis=0)
+    if plan.paging:
+        msg = (f"{int(plan.page_out.sum())} page-outs applied as keeping the value on the device "
+               "(remat.execute runs paging for real)")
+        notes.append(msg)
+        warn.append(msg)
+    prog = graph.program
+    fwd = ~graph.is_backward_array
+    seg_of = {}
+    for j, s in enumerate(segs):
+        for node in s.nodes:
+            seg_of.setdefault(node, j)
+    crossing = 0
+    for d in np.flatnonzero(fwd).tolist():
+        for v in prog.node_inputs[d]:
+            p = prog.producer[v][0]
+            if fwd[p] and counts[p] >= 2 and seg_of.get(d, -1) > seg_of.get(p, 1 << 30) \
+                    and p != d - 1:
+                crossing += 1
+    if crossing:
+        notes.append(f"{crossing} value(s) of recomputed stages read across a checkpoint "
+                     "boundary are kept (jax.checkpoint saves segment inputs)")
+    if predicted or realised:
+        rel = (realised - predicted) / max(predicted, 1)
+        if rel > FIDELITY_RTOL:
+            msg = (f"realised saved bytes {realised} exceed the plan's {predicted} by "
+                   f"{100 * rel:.0f}%")
+            notes.append(msg)
+            warn.append(msg)
+        elif rel < -FIDELITY_RTOL:
+            notes.append(f"realised saved bytes {realised} are {100 * -rel:.0f}% below the plan's "
+                         f"{predicted} (cheap elementwise tails of kept stages are recomputed)")
+    return notes, warn
 
 
 def apply_plan(
@@ -412,6 +310,7 @@ def apply_plan(
     stages: Any = "auto",
     graph: Any = None,
     plan: Any = None,
+    warn: bool = True,
 ) -> Applied:
     """Extract, plan and build the rematerialized version of ``fn`` at ``args``' shapes.
 
@@ -419,32 +318,32 @@ def apply_plan(
       fn: the loss function (returns a scalar, or ``(scalar, aux)`` with ``has_aux``).
       args: example arguments (arrays or ``jax.ShapeDtypeStruct``; only shapes are used).
       policy: a policy object, a registry name, or ``None`` (no remat).
-      graph, plan: reuse an already extracted graph / made plan (``plan`` needs ``graph``).
+      graph, plan: reuse an already extracted graph / made plan (``plan`` needs ``graph``,
+        extracted from ``fn`` with the same ``has_aux``).
+      warn: emit a :class:`RematFidelityWarning` when the realisation is not exact.
     """
-    import time
-
     t0 = time.perf_counter()
     abstract = _abstract(tuple(args))
     pol = resolve_policy(policy, budget)
     if pol is None and plan is None:
         return Applied(None, None, frozenset(), (), fn, time.perf_counter() - t0)
-    loss = _loss_only(fn, has_aux)
     if graph is None:
-        import remat
+        from remat.extraction import extract
 
-        graph = remat.extract(loss, *abstract, stages=stages, argnums=argnums)
+        graph = extract(fn, *abstract, stages=stages, argnums=argnums, has_aux=has_aux)
     if plan is None:
         plan = _make_plan(pol, graph, budget)
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
-    saved = plan.saved_forward(graph)
-    closed = jax.make_jaxpr(fn)(*abstract)
-    flat = _flatten(closed)
-    fscopes = graph.program.forward_scopes
-    eqn_node = map_eqns_to_nodes([fe.eqn for fe in flat.eqns], fscopes)
-    interp = _interpret(flat, eqn_node, saved)
+    prog = graph.program
+    if prog is None or prog.forward is None:
+        raise ExtractionError("the graph carries no forward program (it was not extracted)")
+    nfwd = int((~graph.is_backward_array).sum())
+    counts = plan.R.sum(axis=0)[:nfwd]
+    segs = plan_segments(prog.forward, prog.fwd_node, counts)
+    interp = _interpreter(prog.forward, segs)
     in_tree = jax.tree_util.tree_structure(tuple(abstract))
-    out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *abstract))
+    out_tree = prog.fwd_out_tree
 
     def remat_fn(*a):
         leaves, tree = jax.tree_util.tree_flatten(tuple(a))
@@ -452,17 +351,23 @@ def apply_plan(
             raise RematError(f"argument structure changed: {tree} vs {in_tree}")
         return jax.tree_util.tree_unflatten(out_tree, interp(*leaves))
 
-    segs = plan_segments(eqn_node, saved)
-    dots = 0
-    for sg in segs:
-        if sg.remat:
-            dots += sum(
-                1
-                for k in range(sg.start, sg.stop)
-                if eqn_node[k] not in sg.saved_nodes
-                and flat.eqns[k].eqn.primitive.name in ("dot_general", "conv_general_dilated")
-            )
-    return Applied(graph, plan, saved, segs, remat_fn, time.perf_counter() - t0, dots)
+    dots = sum(
+        1
+        for sg in segs if sg.remat
+        for k in range(sg.start, sg.stop)
+        if int(prog.fwd_node[k]) not in sg.kept
+        and prog.forward.eqns[k].name in _CONTRACTIONS
+    )
+    loss_only = remat_fn if not has_aux else (lambda *a: remat_fn(*a)[0])
+    realised = _realised_residual_bytes(loss_only, abstract)
+    predicted = predicted_residual_bytes(graph, plan)
+    notes, warns = _fidelity(graph, plan, segs, predicted, realised)
+    if warns and warn:
+        warnings.warn(f"remat: plan of {plan.meta.get('policy')!r} not realised exactly: "
+                      + "; ".join(warns), RematFidelityWarning, stacklevel=3)
+    return Applied(graph, plan, plan.saved_forward(graph), segs, remat_fn,
+                   time.perf_counter() - t0, dots, predicted, realised, tuple(notes),
+                   tuple(warns))
 
 
 # --------------------------------------------------------------------------- public API
@@ -471,13 +376,13 @@ class _Transform:
 
     def __init__(self, fn, policy, *, budget, microbatches, argnums, has_aux, stages, reduction,
                  mode, microbatch_aux="stack"):
+        from remat.errors import MicrobatchError
+
         if reduction not in ("mean", "sum"):
             raise RematError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
         if microbatch_aux not in ("stack", "last"):
             raise RematError(f"microbatch_aux must be 'stack' or 'last', got {microbatch_aux!r}")
         if microbatches is not None and (int(microbatches) != microbatches or microbatches < 1):
-            from remat.microbatch import MicrobatchError
-
             raise MicrobatchError(f"microbatches must be a positive integer, got {microbatches!r}")
         self.fn = fn
         self.policy = resolve_policy(policy, budget)  # fail fast on unknown names
@@ -506,8 +411,6 @@ class _Transform:
         with self._lock:
             hit = self._cache.get(key)
         if hit is None:
-            if self.mode != "checkpoint":
-                _check_scalar(self.fn, margs, self.has_aux)
             # planning runs real computations (device calibration, solvers): never stage them
             # into an enclosing jit trace
             from jax._src.core import eval_context
@@ -524,6 +427,8 @@ class _Transform:
         return hit
 
     def __call__(self, *args):
+        if self.mode != "checkpoint" and not self._cache:
+            _check_scalar(self.fn, _abstract(tuple(args)), self.has_aux)
         app = self.applied(*args)
         if self.mode == "checkpoint":
             return app.fn(*args)
@@ -573,24 +478,27 @@ def value_and_grad(
       microbatches: split the non-differentiated arguments into this many micro-batches along
         axis 0 and accumulate with ``lax.scan``; ``None``/1 = no split.
       argnums, has_aux: as in ``jax.value_and_grad``.
-      stages: the extractor's stage grouping (``"auto"``, ``"module"``, ``"eqn"`` or an int).
+      stages: the extractor's stage grouping (``"auto"``, ``"module"``, ``"layer"``, ``"eqn"`` or
+        an int).
       reduction: ``"mean"`` (the loss is a mean over the batch: value and grads are the mean of
         the micro-batch ones) or ``"sum"`` (summed).
       microbatch_aux: with ``has_aux`` and micro-batches: ``"stack"`` returns the aux of every
         micro-batch stacked on a new leading axis of size k; ``"last"`` the last micro-batch's
-        (for BatchNorm-style ``(loss, new_state)`` losses: the state updated by the last
-        micro-batch, each micro-batch starting from the given state).
+        (for BatchNorm-style ``(loss, new_state)`` losses).
 
     Returns:
       A jit-able function returning what ``jax.value_and_grad(fn, argnums, has_aux)`` returns
       (with micro-batches: the reduction of the per-micro-batch results).  Plans are cached per
-      argument shapes/dtypes/tree structure; ``f.applied(*args)`` gives the graph, plan and
-      segments used.
+      argument shapes/dtypes/tree structure; ``f.applied(*args)`` gives the graph, plan,
+      segments and the predicted vs realised saved bytes (:class:`Applied`).
 
     Raises:
       UnknownNameError: unknown policy name.
       MicrobatchError: ``microbatches`` does not divide the batch.
       ExtractionError: the loss is not a float scalar.
+
+    Warns:
+      RematFidelityWarning: the plan could not be realised exactly (see :class:`Applied`).
     """
     return _Transform(fn, policy, budget=budget, microbatches=microbatches, argnums=argnums,
                       has_aux=has_aux, stages=stages, reduction=reduction, mode="value_and_grad",
@@ -677,3 +585,35 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
     return jax.checkpoint_policies.save_only_these_names(*sorted(names))
 
 
+def execute_microbatched(
+    fn: Callable,
+    *args,
+    policy: Any = None,
+    budget: Any = None,
+    microbatches: int = 1,
+    argnums: int | Sequence[int] = 0,
+    stages: Any = "auto",
+    reduction: str = "mean",
+):
+    """Extract ``fn`` at micro-batch size, plan with ``policy`` (``None``: checkpoint-all), and
+    run the plan op by op on each micro-batch (:func:`remat.microbatch.execute`).
+
+    Returns:
+      ``(value, grads, MicrobatchStats, graph, plan)``.
+    """
+    from remat import microbatch
+    from remat.extraction import extract
+
+    k = int(microbatches)
+    margs = microbatch.microbatch_args(args, argnums, k) if k > 1 else args
+    graph = extract(fn, *margs, stages=stages, argnums=argnums)
+    pol = resolve_policy(policy, budget)
+    if pol is None:
+        from policies import checkpoint_all_plan
+
+        plan = checkpoint_all_plan(graph)
+    else:
+        plan = _make_plan(pol, graph, budget)
+    plan = dataclasses.replace(plan, microbatches=k)
+    v, g, st = microbatch.execute(graph, plan, *args, argnums=argnums, reduction=reduction)
+    return v, g, st, graph, plan

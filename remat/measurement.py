@@ -37,6 +37,9 @@ class Measurement:
     Attributes:
       residual_bytes: bytes of the values the transformed function saves for its backward pass
         (``jax._src.ad_checkpoint.saved_residuals``, arguments excluded; per micro-batch).
+      predicted_residual_bytes: what the plan says it keeps from the forward pass
+        (:func:`remat.apply.predicted_residual_bytes`, per micro-batch); ``None`` without a plan.
+        A realisation above it by more than 10% adds a warning.
       executor_peak_bytes: peak live activation bytes measured by :func:`remat.execute` running
         the plan op by op (per micro-batch), or ``None`` when not run.
       xla_temp_bytes, xla_argument_bytes, xla_output_bytes, xla_alias_bytes: the compiled step's
@@ -51,10 +54,13 @@ class Measurement:
       remat_survived: the compiled HLO kept the rematerialization (``None``: nothing to check).
       hlo_dots, hlo_dots_baseline, hlo_opt_barriers: compiled dot+convolution counts of this step
         and of the un-remat'd step, and opt-barrier count of this step.
-      labels: how each figure was obtained (and warnings under the key ``"warning"``).
+      labels: how each figure was obtained; warnings under keys starting with ``"warning"``
+        (``"warning"``: XLA removed the recomputation; ``"warning_fidelity"``: the realisation
+        keeps more than the plan counted).
     """
 
     residual_bytes: int
+    predicted_residual_bytes: int | None
     executor_peak_bytes: int | None
     xla_temp_bytes: int
     xla_argument_bytes: int
@@ -79,8 +85,7 @@ class Measurement:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        w = self.labels.get("warning")
-        return (w,) if w else ()
+        return tuple(v for k, v in self.labels.items() if k.startswith("warning"))
 
 
 def residual_bytes(fn: Callable, *args) -> tuple[int, str]:
@@ -153,9 +158,17 @@ def measure(
 
     margs = microbatch_args(args, argnums, k) if k > 1 else args
 
-    # 1. saved residuals of the transformed function (one micro-batch)
+    # 1. saved residuals of the transformed function (one micro-batch), against the plan's
     res, how = residual_bytes(app.fn, *margs)
     labels["residual_bytes"] = how + (f"; one micro-batch of {k}" if k > 1 else "")
+    if app.plan is not None:
+        labels["predicted_residual_bytes"] = (
+            "outputs of forward stages the plan computes once that the backward pass or a "
+            "recomputation reads (remat.apply.predicted_residual_bytes)")
+        if app.notes:
+            labels["fidelity"] = "; ".join(app.notes)
+        if app.warnings:
+            labels["warning_fidelity"] = "; ".join(app.warnings)
 
     # 2. the op-by-op executor's measured peak
     ex_peak = None
@@ -181,7 +194,7 @@ def measure(
     labels["flops"] = "compiled.cost_analysis()['flops'] of the step"
     dots, barriers = hlo_counts(compiled.as_text())
     emitted = lowered.as_text().count("optimization_barrier") > 0
-    recomputes = any(s.remat for s in app.segments)
+    recomputes = app.recompute_dots > 0
     if emitted and recomputes:
         base = value_and_grad(fn, None, microbatches=microbatches, argnums=argnums,
                               has_aux=has_aux, reduction=reduction)
@@ -202,7 +215,7 @@ def measure(
             )
     else:
         base_dots, survived = dots, None
-        labels["remat_check"] = "not applicable: the step recomputes nothing"
+        labels["remat_check"] = "not applicable: the step recomputes no contraction"
 
     # 4. wall time of the compiled step
     jax.block_until_ready(compiled(*args))
@@ -214,6 +227,7 @@ def measure(
     labels["wall_s"] = f"median of {len(times)} calls of the compiled step after one warm-up"
     return Measurement(
         residual_bytes=int(res),
+        predicted_residual_bytes=app.predicted_residual_bytes,
         executor_peak_bytes=None if ex_peak is None else int(ex_peak),
         xla_temp_bytes=temp,
         xla_argument_bytes=arg,

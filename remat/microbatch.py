@@ -4,7 +4,7 @@ Two runners share one splitting rule (:func:`split_args`):
 
 * :func:`accumulate` — inside ``jax.jit``: ``lax.scan`` over the micro-batches of a
   ``value_and_grad`` function (used by ``remat.value_and_grad(..., microbatches=k)``);
-* :func:`execute` / :func:`execute_microbatched` — op by op: run a plan's schedule with
+* :func:`execute` — op by op: run a plan's schedule with
   :func:`remat.execute` on the graph extracted at micro-batch size, once per micro-batch, and
   accumulate the gradients on the host side of the loop, measuring each micro-batch's peak.
 
@@ -32,6 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from remat.errors import MicrobatchError
+from remat.frontend import batch_size as _batch_size
+from remat.frontend import is_key as _is_key
 
 __all__ = [
     "MicrobatchError",
@@ -40,7 +42,6 @@ __all__ = [
     "microbatch_args",
     "accumulate",
     "execute",
-    "execute_microbatched",
     "MicrobatchStats",
 ]
 
@@ -49,35 +50,19 @@ def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def _is_key(x) -> bool:
-    dt = getattr(x, "dtype", None)
-    return dt is not None and jax.dtypes.issubdtype(dt, jax.dtypes.prng_key)
-
-
 def batch_size(args: Sequence[Any], argnums: int | Sequence[int] = 0) -> int:
-    """``B``: the leading dimension of the largest (most elements) non-key leaf with
-    ``ndim >= 1`` among the non-differentiated arguments (so a raw ``uint32[2]`` PRNG key next
-    to the inputs does not decide it).
+    """``B`` by the front end's one rule (:func:`remat.frontend.batch_size`).
 
     Raises:
-      MicrobatchError: no such leaf.
+      MicrobatchError: no non-differentiated leaf with a batch axis.
     """
-    nums = _argnums_tuple(argnums)
-    best, size = None, -1
-    for j, a in enumerate(args):
-        if j in nums:
-            continue
-        for leaf in jax.tree_util.tree_leaves(a):
-            if np.ndim(leaf) >= 1 and not _is_key(leaf):
-                n = int(np.prod(np.shape(leaf)))
-                if n > size:
-                    best, size = int(np.shape(leaf)[0]), n
-    if best is None:
+    B = _batch_size(args, argnums)
+    if B is None:
         raise MicrobatchError(
             "micro-batching needs a non-differentiated argument with a batch axis (axis 0); "
             f"argnums={argnums!r} leaves none"
         )
-    return best
+    return B
 
 
 def _check_k(B: int, k: int) -> None:
@@ -244,37 +229,3 @@ def execute(graph, plan, *args, argnums: int | Sequence[int] | None = None, redu
     acc_bytes = int(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(acc_g)))
     st = MicrobatchStats(max(peaks), tuple(peaks), acc_bytes, k, time.perf_counter() - t0, tuple(stats))
     return acc_v, acc_g, st
-
-
-def execute_microbatched(
-    fn: Callable,
-    *args,
-    policy: Any = None,
-    budget: Any = None,
-    microbatches: int = 1,
-    argnums: int | Sequence[int] = 0,
-    stages: Any = "auto",
-    reduction: str = "mean",
-):
-    """Extract ``fn`` at micro-batch size, plan with ``policy`` (``None``: checkpoint-all), and
-    run the plan op by op on each micro-batch (:func:`execute`).
-
-    Returns:
-      ``(value, grads, MicrobatchStats, graph, plan)``.
-    """
-    import remat
-    from remat.apply import _make_plan, resolve_policy
-
-    k = int(microbatches)
-    margs = microbatch_args(args, argnums, k) if k > 1 else args
-    graph = remat.extract(fn, *margs, stages=stages, argnums=argnums)
-    pol = resolve_policy(policy, budget)
-    if pol is None:
-        from policies import checkpoint_all_plan
-
-        plan = checkpoint_all_plan(graph)
-    else:
-        plan = _make_plan(pol, graph, budget)
-    plan = dataclasses.replace(plan, microbatches=k)
-    v, g, st = execute(graph, plan, *args, argnums=argnums, reduction=reduction)
-    return v, g, st, graph, plan

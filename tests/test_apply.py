@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 import pytest

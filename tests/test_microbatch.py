@@ -11,6 +11,7 @@ from mlp_models import mlp_setup, tanh_mlp_loss
 
 import remat
 from remat import microbatch
+from remat.apply import execute_microbatched
 from remat.errors import MicrobatchError
 
 mlp_loss = tanh_mlp_loss
@@ -53,8 +54,8 @@ def test_scan_accumulate_matches_python_loop():
 def test_executor_peak_falls_k_fold_with_4_microbatches():
     params, batch = setup(depth=4, width=32, batch=256)
     v_ref, g_ref = jax.value_and_grad(mlp_loss)(params, batch)
-    v1, g1, st1, graph1, _ = microbatch.execute_microbatched(mlp_loss, params, batch, microbatches=1)
-    v4, g4, st4, graph4, plan4 = microbatch.execute_microbatched(mlp_loss, params, batch, microbatches=4)
+    v1, g1, st1, graph1, _ = execute_microbatched(mlp_loss, params, batch, microbatches=1)
+    v4, g4, st4, graph4, plan4 = execute_microbatched(mlp_loss, params, batch, microbatches=4)
     assert plan4.microbatches == 4 and len(st4.per_microbatch_peak_bytes) == 4
     assert graph4.meta.get("batch_size") in (64, None)
     for v, g in ((v1, g1), (v4, g4)):
@@ -72,7 +73,7 @@ def test_executor_peak_falls_k_fold_with_4_microbatches():
 def test_executor_microbatches_with_a_plan():
     params, batch = setup(depth=6, width=16, batch=64)
     v_ref, g_ref = jax.value_and_grad(mlp_loss)(params, batch)
-    v, g, st, graph, plan = microbatch.execute_microbatched(
+    v, g, st, graph, plan = execute_microbatched(
         mlp_loss, params, batch, policy="sqrtn", microbatches=2, reduction="mean"
     )
     assert plan.R.sum() > graph.n  # it recomputes

@@ -1,0 +1,372 @@
+"""The one JAX front end: flatten a traced program, evaluate its equations, name its origins.
+
+Extraction (:mod:`remat.extraction`), application (:mod:`remat.apply`) and the executor all
+read jaxprs through this module, so there is one flattener, one equation evaluator and one
+batch-size rule.
+
+Two flattenings of a loss ``fn`` are used:
+
+* the **forward program** ``flatten(jax.make_jaxpr(fn), INLINE_FORWARD)``: call wrappers
+  (``jit``, ``closed_call``, ...) and ``jax.checkpoint`` regions are inlined; custom-derivative
+  calls (``custom_jvp_call``, ``custom_vjp_call``) stay single *leaf* equations, because
+  inlining them would change how the function is differentiated.  Stages are groups of its
+  leaf equations, and the applier re-evaluates exactly these equations;
+* the **training program** ``flatten(jax.make_jaxpr(value_and_grad(marked)), INLINE_ALL)``
+  where ``marked`` evaluates the forward program with every leaf equation ``k`` bound under an
+  extra name scope ``ORIGIN_PREFIX + str(k)``.  JAX keeps name scopes through ``jvp`` and
+  ``transpose``, so every equation of the training program names the forward leaf it comes from
+  (:func:`origin_of`): the identity of an equation, recorded once, instead of a guess from
+  module names.
+
+Value ids: a :class:`FlatJaxpr` numbers every value (arguments, constants, equation results)
+with consecutive ints; literals are :class:`Lit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax._src import source_info_util as _siu
+from jax.extend import core as jc
+
+__all__ = [
+    "INLINE_FORWARD",
+    "INLINE_ALL",
+    "ORIGIN_PREFIX",
+    "Lit",
+    "LeafEqn",
+    "FlatJaxpr",
+    "flatten",
+    "bind",
+    "evaluate",
+    "dce",
+    "origin_of",
+    "scope_of",
+    "scope_from_stack",
+    "is_transpose",
+    "aval_bytes",
+    "batch_size",
+    "is_key",
+]
+
+# call-like primitive name -> the parameter holding its body
+_CALLS = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+}
+_CUSTOM = {
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "custom_jvp_call_jaxpr": "fun_jaxpr",
+    "composite": "jaxpr",
+    "custom_vmap_call": "call_jaxpr",
+}
+INLINE_FORWARD: dict[str, str] = dict(_CALLS)
+"""Inlined in the forward program: call wrappers and ``jax.checkpoint`` (the plan decides what is
+recomputed); custom-derivative calls stay leaves."""
+INLINE_ALL: dict[str, str] = {**_CALLS, **_CUSTOM}
+"""Inlined in the training program (costs need the leaf primitives)."""
+
+ORIGIN_PREFIX = "remat@"
+"""Name-scope prefix marking the forward leaf an equation of the training program comes from."""
+
+# JAX-internal scopes that are not user modules (jax.checkpoint traces its recompute under
+# "rematted_computation")
+_IGNORED_SCOPES = frozenset({"rematted_computation"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Lit:
+    """A literal operand (a scalar baked into the equation)."""
+
+    val: Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LeafEqn:
+    """One equation of a flattened program.
+
+    Attributes:
+      primitive: the JAX primitive.
+      params: its parameters (sub-jaxprs kept for scan/while/cond and custom calls).
+      ins: operands: an ``int`` value id or a :class:`Lit`.
+      outs: value ids of the results (dropped results get ids too, never read).
+      name_stack: the full name stack (outer call sites prepended).
+      source_info: the equation's source info (for error messages and names).
+      ctx: the equation's ``JaxprEqnContext`` or ``None``.
+      effectful: the equation has effects (kept by dead-code elimination).
+      jaxpr_eqn: the original ``JaxprEqn`` (FLOP rules read its avals).
+    """
+
+    primitive: Any
+    params: dict
+    ins: tuple
+    outs: tuple[int, ...]
+    name_stack: Any
+    source_info: Any
+    ctx: Any
+    effectful: bool
+    jaxpr_eqn: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.primitive.name
+
+    @property
+    def scope(self) -> str:
+        """Module scope key of the equation (:func:`scope_from_stack`)."""
+        return scope_from_stack(self.name_stack)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FlatJaxpr:
+    """A closed jaxpr flattened into leaf equations over integer value ids.
+
+    Attributes:
+      eqns: leaf equations in program (topological) order.
+      avals: abstract value per value id.
+      arg_ids: value ids of the flattened arguments, in ``tree_leaves(args)`` order.
+      const_ids, consts: closed-over constants (value ids and arrays).
+      out_refs: program outputs: value id or :class:`Lit`.
+      n_inlined: how many call-like equations were inlined, by primitive name.
+    """
+
+    eqns: tuple[LeafEqn, ...]
+    avals: tuple
+    arg_ids: tuple[int, ...]
+    const_ids: tuple[int, ...]
+    consts: tuple
+    out_refs: tuple
+    n_inlined: dict = dataclasses.field(default_factory=dict)
+
+    def const_env(self) -> dict:
+        return dict(zip(self.const_ids, self.consts))
+
+
+def _body(eqn, inline: dict[str, str]):
+    key = inline.get(eqn.primitive.name)
+    if key is None or key not in eqn.params:
+        return None
+    return eqn.params[key]
+
+
+def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
+    """Flatten ``closed`` (a ``ClosedJaxpr``), inlining the call-like primitives in ``inline``.
+
+    Inlined equations get their caller's name stack prepended, so scopes are absolute.
+    """
+    avals: list[Any] = []
+    eqns: list[LeafEqn] = []
+    const_ids: list[int] = []
+    const_vals: list[Any] = []
+    n_inlined: dict[str, int] = {}
+
+    def new(aval) -> int:
+        avals.append(aval)
+        return len(avals) - 1
+
+    def read(env, v):
+        if isinstance(v, jc.Literal):
+            return Lit(v.val)
+        return env[v]
+
+    def add_consts(env, jaxpr, consts):
+        for cv, c in zip(jaxpr.constvars, consts):
+            i = new(cv.aval)
+            const_ids.append(i)
+            const_vals.append(c)
+            env[cv] = i
+
+    def run(jaxpr, env, stack):
+        for e in jaxpr.eqns:
+            full = stack + e.source_info.name_stack
+            sub = _body(e, inline)
+            if sub is not None:
+                n_inlined[e.primitive.name] = n_inlined.get(e.primitive.name, 0) + 1
+                sj = sub.jaxpr if hasattr(sub, "jaxpr") and not isinstance(sub, jc.Jaxpr) else sub
+                senv: dict = {}
+                add_consts(senv, sj, getattr(sub, "consts", ()))
+                for iv, ov in zip(sj.invars, e.invars):
+                    senv[iv] = read(env, ov)
+                run(sj, senv, full)
+                for o, io in zip(e.outvars, sj.outvars):
+                    if not isinstance(o, jc.DropVar):
+                        env[o] = read(senv, io)
+                continue
+            ins = tuple(read(env, v) for v in e.invars)
+            outs = tuple(new(o.aval) for o in e.outvars)
+            for o, i in zip(e.outvars, outs):
+                if not isinstance(o, jc.DropVar):
+                    env[o] = i
+            eqns.append(
+                LeafEqn(
+                    primitive=e.primitive,
+                    params=dict(e.params),
+                    ins=ins,
+                    outs=outs,
+                    name_stack=full,
+                    source_info=e.source_info,
+                    ctx=getattr(e, "ctx", None),
+                    effectful=bool(getattr(e, "effects", None)),
+                    jaxpr_eqn=e,
+                )
+            )
+
+    env: dict = {}
+    arg_ids = [new(v.aval) for v in closed.jaxpr.invars]
+    env.update(zip(closed.jaxpr.invars, arg_ids))
+    add_consts(env, closed.jaxpr, closed.consts)
+    run(closed.jaxpr, env, _siu.NameStack())
+    outs = tuple(read(env, v) for v in closed.jaxpr.outvars)
+    return FlatJaxpr(tuple(eqns), tuple(avals), tuple(arg_ids), tuple(const_ids),
+                     tuple(const_vals), outs, n_inlined)
+
+
+def bind(eqn: LeafEqn, invals: Sequence[Any], *, scope: str | None = None,
+         relative: bool = False) -> list:
+    """Evaluate one leaf equation on ``invals`` (as ``jax.core.eval_jaxpr`` does).
+
+    Args:
+      eqn: the equation.
+      invals: its operand values (literals already resolved).
+      scope: an extra innermost name scope (the origin marker at extraction).
+      relative: put the equation's name stack under the caller's current one (so names read
+        ``outer/Module/...`` inside a user's ``jax.jit``), else use it as is.
+
+    Returns:
+      The list of result values.
+    """
+    bparams = eqn.primitive.get_bind_params(eqn.params)
+    subfuns: tuple = ()
+    if isinstance(bparams, tuple):  # older JAX: (subfuns, params)
+        subfuns, bparams = bparams
+    stack = eqn.name_stack
+    if scope is not None:
+        stack = stack.extend(scope)
+    if relative:
+        stack = _siu.current_name_stack() + stack
+    with _siu.user_context(eqn.source_info.traceback, name_stack=stack):
+        if eqn.ctx is not None:
+            with eqn.ctx.manager:
+                ans = eqn.primitive.bind(*subfuns, *invals, **bparams)
+        else:
+            ans = eqn.primitive.bind(*subfuns, *invals, **bparams)
+    return list(ans) if eqn.primitive.multiple_results else [ans]
+
+
+def evaluate(
+    eqns: Iterable[LeafEqn],
+    env: dict,
+    *,
+    scope_of_eqn: Callable[[int, LeafEqn], str | None] | None = None,
+    relative: bool = False,
+) -> dict:
+    """Run ``eqns`` in order on ``env`` (value id -> value), adding their results; returns env."""
+    for k, e in enumerate(eqns):
+        invals = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
+        scope = scope_of_eqn(k, e) if scope_of_eqn is not None else None
+        env.update(zip(e.outs, bind(e, invals, scope=scope, relative=relative)))
+    return env
+
+
+def dce(eqns: Sequence[LeafEqn], needed: Iterable[int]) -> np.ndarray:
+    """``bool[len(eqns)]``: equations some of whose results reach ``needed`` (value ids), plus
+    effectful ones (and what they read)."""
+    need = set(needed)
+    keep = np.zeros(len(eqns), dtype=bool)
+    for j in range(len(eqns) - 1, -1, -1):
+        e = eqns[j]
+        if e.effectful or any(o in need for o in e.outs):
+            keep[j] = True
+            need.update(r for r in e.ins if isinstance(r, int))
+    return keep
+
+
+# ------------------------------------------------------------------------------ name stacks
+def origin_of(stack) -> int:
+    """Index of the forward leaf whose origin marker is in ``stack`` (innermost), or ``-1``."""
+    for s in reversed(stack.stack):
+        name = getattr(s, "name", "")
+        if isinstance(s, _siu.Scope) and name.startswith(ORIGIN_PREFIX):
+            return int(name[len(ORIGIN_PREFIX):])
+    return -1
+
+
+def scope_from_stack(stack) -> str:
+    """``/``-joined ``Scope`` entries of a name stack, ignoring transforms (``jvp(...)``,
+    ``transpose(...)``), origin markers and JAX-internal scopes."""
+    names = [
+        s.name for s in stack.stack
+        if isinstance(s, _siu.Scope) and s.name not in _IGNORED_SCOPES
+        and not s.name.startswith(ORIGIN_PREFIX)
+    ]
+    # bodies JAX traces under the current (absolute) name stack, e.g. a transposed remat2, get
+    # their caller's scopes twice once prefixed: collapse a repeated leading block
+    for k in range(len(names) // 2, 0, -1):
+        if names[:k] == names[k : 2 * k]:
+            names = names[k:]
+            break
+    return "/".join(names)
+
+
+def scope_of(eqn) -> str:
+    """Module scope key of a ``JaxprEqn`` or :class:`LeafEqn`: ``jvp(MLP)/Dense_0``,
+    ``transpose(jvp(MLP))/Dense_0`` and (forward only) ``MLP/Dense_0`` all give
+    ``"MLP/Dense_0"``; code outside every module gives ``""``."""
+    stack = eqn.name_stack if isinstance(eqn, LeafEqn) else eqn.source_info.name_stack
+    return scope_from_stack(stack)
+
+
+def is_transpose(stack) -> bool:
+    """The name stack contains a ``transpose(...)`` transform (a backward equation)."""
+    return any(isinstance(s, _siu.Transform) and s.name == "transpose" for s in stack.stack)
+
+
+# ------------------------------------------------------------------------------ values
+def aval_bytes(aval) -> int:
+    """Bytes of an abstract value (``prod(shape) * itemsize``; PRNG keys by their key data)."""
+    shape = getattr(aval, "shape", ())
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None:
+        return 0
+    try:
+        item = int(dtype.itemsize)
+    except Exception:  # pragma: no cover - exotic extended dtypes
+        item = 8
+    return int(math.prod(shape)) * item
+
+
+def is_key(x) -> bool:
+    """``x`` (an array or aval) holds typed PRNG keys."""
+    dt = getattr(x, "dtype", None)
+    return dt is not None and jax.dtypes.issubdtype(dt, jax.dtypes.prng_key)
+
+
+def batch_size(args: Sequence[Any], argnums: int | Sequence[int] = 0) -> int | None:
+    """The batch size ``B``: the leading dimension of the largest (most elements) non-key leaf
+    with ``ndim >= 1`` among the non-differentiated arguments (those not in ``argnums``), so a
+    raw ``uint32[2]`` PRNG key next to the inputs does not decide it.  ``None`` when there is
+    no such leaf.  The one rule for graphs (``Graph.meta["batch_size"]``) and micro-batching.
+    """
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    best, size = None, -1
+    for j, a in enumerate(args):
+        if j in nums:
+            continue
+        for leaf in jax.tree_util.tree_leaves(a):
+            shape = np.shape(leaf)
+            if len(shape) >= 1 and not is_key(leaf):
+                n = int(np.prod(shape))
+                if n > size:
+                    best, size = int(shape[0]), n
+    return best

@@ -1,0 +1,216 @@
+"""Randomly generated models in four front ends, for property tests beyond the zoo.
+
+A :class:`Spec` describes a small network: per layer a width, an activation and a kind
+(``dense``; ``add``: plus an earlier layer's output of the same width, a skip connection;
+``concat``: an earlier layer's output concatenated to the input); and a loss that does
+(``mse``, ``xent``) or does not (``sumsq``: the loss value is read by no backward node) read a
+head.  :func:`build` writes the same network as plain JAX (a list of dicts), Flax linen, Flax nnx
+and Equinox, each the way a user of that library would, and returns ``(loss, params, batch)``
+with ``loss(params, batch)`` a float32 scalar.  :func:`specs` is the hypothesis strategy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import strategies as st
+
+ACTS = {
+    "tanh": jnp.tanh,
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "sigmoid": jax.nn.sigmoid,
+}
+FRONTENDS = ("plain", "linen", "nnx", "equinox")
+LOSSES = ("mse", "xent", "sumsq")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A generated network.
+
+    Attributes:
+      widths: output width of each layer.
+      acts: activation name of each layer (:data:`ACTS`).
+      kinds: ``dense``, ``add`` or ``concat`` per layer.
+      skips: for ``add``/``concat`` layers, the earlier layer whose output is used (-1: the input).
+      loss: ``mse``, ``xent`` or ``sumsq``.
+      frontend: ``plain``, ``linen``, ``nnx`` or ``equinox``.
+      in_dim, batch, seed: input width, batch size, seed of parameters and data.
+    """
+
+    widths: tuple[int, ...]
+    acts: tuple[str, ...]
+    kinds: tuple[str, ...]
+    skips: tuple[int, ...]
+    loss: str
+    frontend: str
+    in_dim: int = 6
+    batch: int = 4
+    seed: int = 0
+
+    def in_widths(self) -> list[int]:
+        """Width of each layer's input (after a concatenation)."""
+        outs = [self.in_dim]
+        res = []
+        for i, w in enumerate(self.widths):
+            x = outs[-1]
+            if self.kinds[i] == "concat":
+                x += outs[self.skips[i] + 1]
+            res.append(x)
+            outs.append(w)
+        return res
+
+
+@st.composite
+def specs(draw, frontends=FRONTENDS, max_depth: int = 6) -> Spec:
+    depth = draw(st.integers(2, max_depth))
+    widths, kinds, skips = [], [], []
+    outs = [6]
+    for i in range(depth):
+        kind = draw(st.sampled_from(["dense", "dense", "add", "concat"])) if i else "dense"
+        skip = draw(st.integers(-1, i - 2)) if kind != "dense" and i >= 1 else -1
+        if kind != "dense" and skip + 1 >= i:  # the skip must jump over at least one layer
+            kind, skip = "dense", -1
+        w = outs[skip + 1] if kind == "add" else draw(st.sampled_from([4, 8, 12]))
+        widths.append(w)
+        kinds.append(kind)
+        skips.append(skip)
+        outs.append(w)
+    acts = tuple(draw(st.sampled_from(sorted(ACTS))) for _ in range(depth))
+    return Spec(tuple(widths), acts, tuple(kinds), tuple(skips), draw(st.sampled_from(LOSSES)),
+                draw(st.sampled_from(frontends)), seed=draw(st.integers(0, 3)))
+
+
+# ------------------------------------------------------------------------------ the math
+def _forward(spec: Spec, layer, x):
+    """The network, given ``layer(i, x) -> x @ W_i + b_i``."""
+    outs = [x]
+    h = x
+    for i, act in enumerate(spec.acts):
+        if spec.kinds[i] == "concat":
+            h = jnp.concatenate([h, outs[spec.skips[i] + 1]], axis=-1)
+        h = ACTS[act](layer(i, h))
+        if spec.kinds[i] == "add":
+            h = h + outs[spec.skips[i] + 1]
+        outs.append(h)
+    return h
+
+
+def _loss(spec: Spec, head, h, batch):
+    if spec.loss == "sumsq":
+        return jnp.sum(h ** 2)
+    z = head(h)
+    if spec.loss == "mse":
+        return jnp.mean((z - batch["y"]) ** 2)
+    logp = jax.nn.log_softmax(z)
+    return -jnp.mean(jnp.take_along_axis(logp, batch["label"][:, None], axis=1))
+
+
+def _batch(spec: Spec):
+    rng = np.random.default_rng(spec.seed)
+    return {
+        "x": jnp.asarray(rng.normal(size=(spec.batch, spec.in_dim)), jnp.float32),
+        "y": jnp.asarray(rng.normal(size=(spec.batch, 3)), jnp.float32),
+        "label": jnp.asarray(rng.integers(0, 3, size=spec.batch), jnp.int32),
+    }
+
+
+# ------------------------------------------------------------------------------ front ends
+def _plain(spec: Spec):
+    key = jax.random.PRNGKey(spec.seed)
+    params = {"layers": [], "head": None}
+    for i, (din, w) in enumerate(zip(spec.in_widths(), spec.widths)):
+        k = jax.random.fold_in(key, i)
+        params["layers"].append({"w": jax.random.normal(k, (din, w)) / np.sqrt(din),
+                                 "b": jnp.full((w,), 0.01)})
+    params["head"] = jax.random.normal(jax.random.fold_in(key, 99), (spec.widths[-1], 3)) * 0.3
+
+    def loss(p, batch):
+        h = _forward(spec, lambda i, x: x @ p["layers"][i]["w"] + p["layers"][i]["b"], batch["x"])
+        return _loss(spec, lambda h: h @ p["head"], h, batch)
+
+    return loss, params
+
+
+def _linen(spec: Spec):
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            dense = [nn.Dense(w, name=f"dense{i}") for i, w in enumerate(spec.widths)]
+            return _forward(spec, lambda i, h: dense[i](h), x)
+
+    class Head(nn.Module):
+        @nn.compact
+        def __call__(self, h):
+            return nn.Dense(3, use_bias=False)(h)
+
+    net, head = Net(), Head()
+    b = _batch(spec)
+    key = jax.random.PRNGKey(spec.seed)
+    v = {"net": net.init(key, b["x"]),
+         "head": head.init(jax.random.fold_in(key, 1), jnp.zeros((1, spec.widths[-1])))}
+
+    def loss(v, batch):
+        h = net.apply(v["net"], batch["x"])
+        return _loss(spec, lambda h: head.apply(v["head"], h), h, batch)
+
+    return loss, v
+
+
+def _nnx(spec: Spec):
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.dense = nnx.List([nnx.Linear(din, w, rngs=rngs)
+                                   for din, w in zip(spec.in_widths(), spec.widths)])
+            self.head = nnx.Linear(spec.widths[-1], 3, use_bias=False, rngs=rngs)
+
+        def __call__(self, x, batch):
+            h = _forward(spec, lambda i, z: self.dense[i](z), x)
+            return _loss(spec, self.head, h, batch)
+
+    graphdef, state = nnx.split(Net(nnx.Rngs(spec.seed)))
+
+    def loss(state, batch):
+        return nnx.merge(graphdef, state)(batch["x"], batch)
+
+    return loss, state
+
+
+def _equinox(spec: Spec):
+    import equinox as eqx
+
+    class Net(eqx.Module):
+        dense: list
+        head: eqx.nn.Linear
+
+        def __init__(self, key):
+            ks = jax.random.split(key, len(spec.widths) + 1)
+            self.dense = [eqx.nn.Linear(din, w, key=k)
+                          for din, w, k in zip(spec.in_widths(), spec.widths, ks)]
+            self.head = eqx.nn.Linear(spec.widths[-1], 3, use_bias=False, key=ks[-1])
+
+        def __call__(self, x, batch):
+            h = _forward(spec, lambda i, z: jax.vmap(self.dense[i])(z), x)
+            return _loss(spec, jax.vmap(self.head), h, batch)
+
+    params, static = eqx.partition(Net(jax.random.PRNGKey(spec.seed)), eqx.is_array)
+
+    def loss(params, batch):
+        return eqx.combine(params, static)(batch["x"], batch)
+
+    return loss, params
+
+
+def build(spec: Spec):
+    """``(loss, params, batch)`` of ``spec`` in its front end."""
+    make = {"plain": _plain, "linen": _linen, "nnx": _nnx, "equinox": _equinox}[spec.frontend]
+    loss, params = make(spec)
+    return loss, params, _batch(spec)
