@@ -211,6 +211,9 @@ class Applied:
       notes: what differs between the plan and its realisation (empty when exact).
       warnings: the notes that cost memory the plan did not count (also raised as a
         :class:`RematFidelityWarning`).
+      predicted_flops: FLOPs of one step as the plan runs it (every node's FLOPs times how
+        often the plan computes it), per micro-batch; compare with ``remat.measure``'s
+        ``flops`` (XLA ``cost_analysis``).
     """
 
     graph: Any
@@ -224,6 +227,7 @@ class Applied:
     residual_bytes: int | None = None
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    predicted_flops: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -367,7 +371,7 @@ def apply_plan(
                       + "; ".join(warns), RematFidelityWarning, stacklevel=3)
     return Applied(graph, plan, plan.saved_forward(graph), segs, remat_fn,
                    time.perf_counter() - t0, dots, predicted, realised, tuple(notes),
-                   tuple(warns))
+                   tuple(warns), float(plan.R.sum(axis=0) @ graph.flops_array))
 
 
 # --------------------------------------------------------------------------- public API

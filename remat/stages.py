@@ -130,11 +130,12 @@ def _units_to_labels(bounds: list[tuple[int, int]], n: int) -> np.ndarray:
     return lab
 
 
-def _absorb_unscoped(body_runs: list[tuple[int, int]], fkeys: list[str]) -> list[tuple[int, int]]:
+def _absorb_unscoped(body_runs: list[tuple[int, int]], fkeys: list[str]):
     """Runs of code outside every module between module runs (activations written in a
     scopeless parent, as with Equinox) join the module run before them; a leading one joins the
-    module run after it."""
+    module run after it.  Returns ``(runs, keys)``."""
     out: list[list[int]] = []
+    keys: list[str] = []
     pending = None
     for a, b in body_runs:
         if fkeys[a] == "":
@@ -144,8 +145,14 @@ def _absorb_unscoped(body_runs: list[tuple[int, int]], fkeys: list[str]) -> list
                 pending = a
             continue
         out.append([a if pending is None else pending, b])
+        keys.append(fkeys[a])
         pending = None
-    return [tuple(x) for x in out]
+    return [tuple(x) for x in out], keys
+
+
+def _library_scope(key: str) -> bool:
+    """Scopes JAX itself opens (``jnp.einsum`` names its call after the spec ``ab,bc->ac``)."""
+    return all("->" in part for part in key.split("/"))
 
 
 # ------------------------------------------------------------------------------ layers
@@ -256,7 +263,7 @@ def group_forward(
     scopes = [e.scope for e in eqns]
     fkeys = group_keys(scopes)
     fruns = runs(fkeys)
-    has_modules = any(k != "" for k in fkeys)
+    has_modules = any(k != "" and not _library_scope(k) for k in fkeys)
     loss_run = fruns[-1] if (has_modules and fruns and fkeys[fruns[-1][0]] == "") else None
     body_runs = fruns[:-1] if loss_run is not None else fruns
     n_module = len(body_runs) if has_modules else 0
@@ -265,8 +272,8 @@ def group_forward(
     if stages == "module" and n_module < 1:
         use_modules = False  # no module at all (plain JAX, nnx): fall back to layers
     if use_modules:
-        units = _absorb_unscoped(body_runs, fkeys)
-        unit_names = [f"fwd/{fkeys[a]}" for a, _ in units]
+        units, unit_keys = _absorb_unscoped(body_runs, fkeys)
+        unit_names = [f"fwd/{k}" for k in unit_keys]
         mode = "module"
     else:
         units, mode = _layer_units(eqns, out_ids, data_ids, param_ids)

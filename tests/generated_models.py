@@ -49,7 +49,7 @@ class Spec:
     loss: str
     frontend: str
     in_dim: int = 6
-    batch: int = 4
+    batch: int = 32
     seed: int = 0
 
     def in_widths(self) -> list[int]:
