@@ -104,6 +104,37 @@ class TransformerBlock(nn.Module):
         return nn.LayerNorm(epsilon=1e-12, name="out_ln")(x + self._drop(ffn(x, train), train))
 
 
+class _ScanBlock(nn.Module):
+    """:class:`TransformerBlock` in ``nn.scan``'s ``(carry, x) -> (carry, y)`` form."""
+
+    num_heads: int
+    mlp_dim: int
+    dropout: float
+    causal: bool
+    pre_ln: bool
+    train: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array, _) -> tuple[jax.Array, None]:
+        block = TransformerBlock(self.num_heads, self.mlp_dim, self.dropout, causal=self.causal,
+                                 pre_ln=self.pre_ln, name="block")
+        return block(x, self.train), None
+
+
+def _layers(x, *, scan: bool, num_layers: int, prefix: str, train: bool, **block):
+    """``num_layers`` blocks: unrolled (``{prefix}{i}`` submodules) or one ``nn.scan`` over a
+    stacked block (``layers``; parameters with a leading layer axis), as deep JAX models are
+    written."""
+    if scan:
+        stack = nn.scan(_ScanBlock, variable_axes={"params": 0},
+                        split_rngs={"params": True, "dropout": True}, length=num_layers)
+        x, _ = stack(train=train, name="layers", **block)(x, None)
+        return x
+    for i in range(num_layers):
+        x = TransformerBlock(name=f"{prefix}{i}", **block)(x, train)
+    return x
+
+
 class BertMLM(nn.Module):
     """``tokens[B, T] -> logits[B, T, vocab]``: BERT encoder with the masked-LM head."""
 
@@ -114,6 +145,7 @@ class BertMLM(nn.Module):
     mlp_dim: int = 2048
     max_len: int = 512
     dropout: float = 0.1
+    scan: bool = False
 
     @nn.compact
     def __call__(self, tokens: jax.Array, train: bool = True) -> jax.Array:
@@ -125,9 +157,9 @@ class BertMLM(nn.Module):
         x = nn.LayerNorm(epsilon=1e-12, name="embeddings_ln")(x)
         if self.dropout > 0:
             x = nn.Dropout(self.dropout, deterministic=not train)(x)
-        for i in range(self.num_layers):
-            x = TransformerBlock(self.num_heads, self.mlp_dim, self.dropout, causal=False,
-                                 pre_ln=False, name=f"layer{i}")(x, train)
+        x = _layers(x, scan=self.scan, num_layers=self.num_layers, prefix="layer", train=train,
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout=self.dropout,
+                    causal=False, pre_ln=False)
         h = nn.gelu(nn.Dense(self.hidden, name="mlm_dense")(x), approximate=False)
         h = nn.LayerNorm(epsilon=1e-12, name="mlm_ln")(h)
         bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
@@ -144,6 +176,7 @@ class GPT2(nn.Module):
     mlp_dim: int = 3072
     max_len: int = 1024
     dropout: float = 0.1
+    scan: bool = False
 
     @nn.compact
     def __call__(self, tokens: jax.Array, train: bool = True) -> jax.Array:
@@ -153,9 +186,9 @@ class GPT2(nn.Module):
         x = wte(tokens) + wpe[None, : tokens.shape[1]]
         if self.dropout > 0:
             x = nn.Dropout(self.dropout, deterministic=not train)(x)
-        for i in range(self.num_layers):
-            x = TransformerBlock(self.num_heads, self.mlp_dim, self.dropout, causal=True,
-                                 pre_ln=True, name=f"h{i}")(x, train)
+        x = _layers(x, scan=self.scan, num_layers=self.num_layers, prefix="h", train=train,
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout=self.dropout,
+                    causal=True, pre_ln=True)
         x = nn.LayerNorm(epsilon=1e-5, name="ln_f")(x)
         return wte.attend(x)
 
@@ -190,11 +223,13 @@ def build_bert_small(
     seed: int = 0,
     abstract: bool = False,
     init: str = "numpy",
+    scan: bool = False,
 ) -> ModelSpec:
     """``bert_small``: batch ``{"tokens": int32[B, T], "targets": int32[B, T],
     "weights": float32[B, T] (1 at masked positions), "dropout_rng": uint32[2]}``
     (no ``dropout_rng`` when ``dropout=0``). ``mlp_dim`` defaults to ``4 * hidden``.
-    At least one position per sequence is masked.
+    At least one position per sequence is masked.  ``scan=True``: the encoder layers are one
+    ``nn.scan`` over a stacked block (same parameters, stacked on a leading layer axis).
     """
     mlp_dim = 4 * hidden if mlp_dim is None else mlp_dim
     _check("bert_small", batch_size, seq_len, max_len, vocab_size, hidden, num_layers, num_heads,
@@ -211,10 +246,11 @@ def build_bert_small(
     if dropout > 0:
         batch["dropout_rng"] = dropout_key(seed)
     module = BertMLM(vocab_size=vocab_size, hidden=hidden, num_layers=num_layers,
-                     num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout)
+                     num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout,
+                     scan=scan)
     opts = dict(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, hidden=hidden,
                 num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len,
-                dropout=dropout, mask_prob=mask_prob, seed=seed)
+                dropout=dropout, mask_prob=mask_prob, seed=seed, scan=scan)
     return build_spec(
         "bert_small", module, batch, input_key="tokens",
         objective=lambda logits, b: weighted_softmax_xent(logits, b["targets"], b["weights"]),
@@ -235,10 +271,12 @@ def build_gpt2_small(
     seed: int = 0,
     abstract: bool = False,
     init: str = "numpy",
+    scan: bool = False,
 ) -> ModelSpec:
     """``gpt2_small``: batch ``{"tokens": int32[B, T], "targets": int32[B, T] (tokens shifted by
     one), "dropout_rng": uint32[2]}`` (no ``dropout_rng`` when ``dropout=0``).
-    ``mlp_dim`` defaults to ``4 * hidden``.
+    ``mlp_dim`` defaults to ``4 * hidden``.  ``scan=True``: the decoder layers are one
+    ``nn.scan`` over a stacked block (same parameters, stacked on a leading layer axis).
     """
     mlp_dim = 4 * hidden if mlp_dim is None else mlp_dim
     _check("gpt2_small", batch_size, seq_len, max_len, vocab_size, hidden, num_layers, num_heads,
@@ -249,10 +287,11 @@ def build_gpt2_small(
     if dropout > 0:
         batch["dropout_rng"] = dropout_key(seed)
     module = GPT2(vocab_size=vocab_size, hidden=hidden, num_layers=num_layers,
-                  num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout)
+                  num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout,
+                  scan=scan)
     opts = dict(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, hidden=hidden,
                 num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len,
-                dropout=dropout, seed=seed)
+                dropout=dropout, seed=seed, scan=scan)
     return build_spec("gpt2_small", module, batch, input_key="tokens",
                       objective=lambda logits, b: softmax_xent(logits, b["targets"]),
                       seed=seed, abstract=abstract, options=opts, init=init)

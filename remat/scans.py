@@ -1,0 +1,348 @@
+"""Plan inside ``lax.scan``: the per-iteration saved set and the nesting of scanned layer stacks.
+
+Deep JAX models run their layers under ``lax.scan`` (``flax.linen.scan``, ``nnx.scan``): one
+compiled body, ``L`` iterations.  A scan plan has two parts (:class:`ScanDecision`):
+
+* ``saved``: which of the body's *anchor* values each iteration keeps for the backward pass
+  (an anchor is the result of an expensive body equation: a contraction, a convolution, a
+  custom-derivative call; cheap elementwise work is always recomputed from anchors).  JAX's
+  built-in policies are points of this space (``dots_saveable`` keeps every contraction,
+  ``nothing_saveable`` none);
+* ``group``: iterations per group of a nested scan (``L = groups x group``): the outer scan keeps
+  only the carry entering each group, the backward pass of a group re-runs its inner scan
+  (keeping ``saved`` per iteration) then differentiates it; ``group=1`` is a flat scan.
+
+:class:`ScanBody` analyses one scan of the forward program: per body equation its FLOPs and
+result bytes, which values the body's backward pass reads (from the body's own linearisation,
+traced once with origin markers as in :mod:`remat.extraction`), and which equation feeds which.
+:meth:`ScanBody.cost` then gives, for any decision, the bytes kept per iteration and the FLOPs
+recomputed, by walking back from what the backward reads to the nearest kept anchor or body
+input (exactly what ``jax.checkpoint(body, policy=save_only_these_names(...))`` does).
+
+:func:`bind_scan` evaluates a scan equation under a decision: the body is re-evaluated with
+``checkpoint_name`` tags on the kept anchors inside ``jax.checkpoint(..., policy=
+save_only_these_names(...))``, and grouped into a nested scan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.ad_checkpoint import checkpoint_name
+
+from remat.errors import ExtractionError, InvalidPlanError
+from remat.flops import eqn_flops
+from remat.frontend import (
+    INLINE_ALL,
+    INLINE_FORWARD,
+    ORIGIN_PREFIX,
+    FlatJaxpr,
+    LeafEqn,
+    Lit,
+    aval_bytes,
+    bind,
+    dce,
+    flatten,
+    is_transpose,
+    origin_of,
+)
+from remat.segments import cheap_leaf
+
+__all__ = ["ScanDecision", "ScanBody", "analyse_scan", "bind_scan", "tag_name"]
+
+TAG_PREFIX = "remat.scan"
+
+
+def tag_name(scan: int, leaf: int) -> str:
+    """The ``checkpoint_name`` of body equation ``leaf``'s results in scan ``scan``."""
+    return f"{TAG_PREFIX}{scan}.{leaf}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanDecision:
+    """What one scan keeps.
+
+    Attributes:
+      leaf: the scan equation's index in the forward program.
+      saved: body equations (anchors) whose results each iteration keeps.
+      group: iterations per group of the nested scan (divides the length; 1 = flat).
+    """
+
+    leaf: int
+    saved: frozenset[int] = frozenset()
+    group: int = 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScanBody:
+    """One scan of the forward program, analysed (see the module docstring).
+
+    Attributes:
+      leaf: index of the scan equation in the forward program.
+      length: iterations ``L``.
+      body: the body's forward program (``(consts, carry, xs) -> (carry, ys)``).
+      num_consts, num_carry: how the body's inputs split.
+      carry_bytes: bytes of the carry (one iteration).
+      input_is_activation: ``bool[n_in]``: the body input is computed from the batch (its value
+        kept per iteration costs memory); consts and stacked parameters are not.
+      flops: ``float64[E]`` FLOPs of each body equation (one iteration, forward).
+      out_bytes: ``int64[E]`` result bytes of each body equation (one iteration).
+      anchors: body equations whose results may be kept (expensive, floating results).
+      needs: body equations whose results the backward pass reads (through cheap
+        recomputation: the producers of what it reads).
+      needs_inputs: body inputs the backward pass reads.
+      feeds: per body equation, the body equations and inputs its operands come from
+        (``(eqns, inputs)``).
+      fwd_flops, bwd_flops: one iteration's forward and backward FLOPs (no recomputation).
+      names: per body equation, its scope key (for readable names).
+    """
+
+    leaf: int
+    length: int
+    body: FlatJaxpr
+    num_consts: int
+    num_carry: int
+    carry_bytes: int
+    input_is_activation: np.ndarray
+    flops: np.ndarray
+    out_bytes: np.ndarray
+    anchors: tuple[int, ...]
+    needs: frozenset[int]
+    needs_inputs: frozenset[int]
+    feeds: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    fwd_flops: float
+    bwd_flops: float
+    names: tuple[str, ...] = ()
+
+    def groups(self) -> list[int]:
+        """Valid group sizes: the divisors of the length."""
+        return [g for g in range(1, self.length + 1) if self.length % g == 0]
+
+    def cost(self, saved: Sequence[int] | frozenset[int], group: int = 1) -> dict:
+        """Bytes and FLOPs of a decision (one scan, whole step).
+
+        Returns a dict: ``iter_bytes`` (kept per iteration: saved anchors reached plus the
+        activation inputs, i.e. the carry), ``residual_bytes`` (kept from the forward pass to
+        the backward pass: ``L * iter_bytes`` flat, ``L / group * carry_bytes`` nested),
+        ``transient_bytes`` (a group's inner residuals during its backward pass, 0 flat),
+        ``recompute_flops`` (FLOPs recomputed per step, nested re-runs included) and
+        ``flops`` (forward + backward + recomputation, whole scan).
+        """
+        S = set(saved)
+        bad = S - set(self.anchors)
+        if bad:
+            raise InvalidPlanError(f"scan {self.leaf}: saved equations {sorted(bad)} are not "
+                                   f"anchors {list(self.anchors)}")
+        if group < 1 or self.length % group:
+            raise InvalidPlanError(f"scan {self.leaf}: group {group} does not divide the length "
+                                   f"{self.length}")
+        kept: set[int] = set()
+        recompute: set[int] = set()
+        inputs: set[int] = set(self.needs_inputs)
+        stack = list(self.needs)
+        while stack:
+            j = stack.pop()
+            if j in kept or j in recompute:
+                continue
+            if j in S:
+                kept.add(j)
+                continue
+            recompute.add(j)
+            eqs, ins = self.feeds[j]
+            stack.extend(eqs)
+            inputs.update(ins)
+        act_in = int(sum(aval_bytes(self.body.avals[self.body.arg_ids[i]])
+                         for i in inputs if self.input_is_activation[i]))
+        iter_bytes = int(self.out_bytes[sorted(kept)].sum()) + act_in if kept or act_in else 0
+        rec = float(self.flops[sorted(recompute)].sum()) * self.length
+        L = self.length
+        if group == 1:
+            residual, transient = L * iter_bytes, 0
+        else:
+            residual = (L // group) * self.carry_bytes
+            transient = group * iter_bytes
+            rec += float(self.fwd_flops) * L  # every group re-runs its forward once
+        return dict(iter_bytes=iter_bytes, residual_bytes=int(residual),
+                    transient_bytes=int(transient), recompute_flops=rec,
+                    flops=L * (self.fwd_flops + self.bwd_flops) + rec,
+                    kept=frozenset(kept), recomputed=frozenset(recompute))
+
+    def anchor_name(self, j: int) -> str:
+        """Readable name of anchor ``j``: scope and primitive."""
+        e = self.body.eqns[j]
+        return f"{self.names[j] + ':' if self.names and self.names[j] else ''}{e.name}#{j}"
+
+
+# ------------------------------------------------------------------------------ analysis
+def _split_params(e: LeafEqn) -> tuple[Any, int, int, int]:
+    p = e.params
+    return p["jaxpr"], int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
+
+
+def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> ScanBody:
+    """Analyse the scan equation ``forward.eqns[leaf]``.
+
+    Args:
+      forward: the forward program.
+      leaf: index of a ``scan`` equation in it.
+      activation: per operand of the scan equation, whether it is computed from the batch.
+
+    Raises:
+      ExtractionError: ``leaf`` is not a scan.
+    """
+    e = forward.eqns[leaf]
+    if e.name != "scan":
+        raise ExtractionError(f"forward equation {leaf} is {e.name!r}, not a scan")
+    closed, length, nc, ncar = _split_params(e)
+    body = flatten(closed, INLINE_FORWARD)
+    E = len(body.eqns)
+    n_in = len(body.arg_ids)
+    in_avals = [body.avals[i] for i in body.arg_ids]
+    floating = [jnp.issubdtype(a.dtype, jnp.inexact) for a in in_avals]
+
+    # the body's own linearisation, equations marked with their origin
+    def marked(*ins):
+        env = body.const_env()
+        env.update(zip(body.arg_ids, ins))
+        for k, be in enumerate(body.eqns):
+            invals = [r.val if isinstance(r, Lit) else env[r] for r in be.ins]
+            env.update(zip(be.outs, bind(be, invals, scope=f"{ORIGIN_PREFIX}{k}")))
+        return [r.val if isinstance(r, Lit) else env[r] for r in body.out_refs]
+
+    fidx = [i for i in range(n_in) if floating[i]]
+
+    def fwd_bwd(ins, cts):
+        def f(*fl):
+            full = list(ins)
+            for i, v in zip(fidx, fl):
+                full[i] = v
+            return marked(*full)
+
+        outs, pull = jax.vjp(f, *[ins[i] for i in fidx])
+        return outs, pull(cts)
+
+    out_avals = [body.avals[r] if not isinstance(r, Lit) else np.asarray(r.val)
+                 for r in body.out_refs]
+    ct_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype if jnp.issubdtype(a.dtype, jnp.inexact)
+                                     else jax.dtypes.float0) for a in out_avals]
+    closed_vjp = jax.make_jaxpr(fwd_bwd)(
+        [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals], ct_avals)
+    vg = flatten(closed_vjp, INLINE_ALL)
+    n_out = len(out_avals)
+    keep = dce(vg.eqns, [r for r in vg.out_refs if isinstance(r, int)])
+    eqns = [x for x, k in zip(vg.eqns, keep) if k]
+    nf = next((j for j, x in enumerate(eqns) if is_transpose(x.name_stack)), len(eqns))
+    primal = dce(eqns[:nf], [r for r in vg.out_refs[:n_out] if isinstance(r, int)])
+    origin = np.array([origin_of(x.name_stack) for x in eqns], dtype=np.int64)
+    eflops = np.array([eqn_flops(x.jaxpr_eqn) for x in eqns], dtype=np.float64)
+
+    # producers of training-program values: primal eqn origin, or a body input
+    vg_in = {v: i for i, v in enumerate(vg.arg_ids[:n_in])}
+    prod_origin: dict[int, int] = {}
+    for j in np.flatnonzero(primal).tolist():
+        for o in eqns[j].outs:
+            prod_origin[o] = int(origin[j])
+    needs: set[int] = set()
+    needs_inputs: set[int] = set()
+    backward = list(range(nf, len(eqns))) + [j for j in range(nf) if not primal[j]]
+    for j in backward:
+        for r in eqns[j].ins:
+            if isinstance(r, Lit):
+                continue
+            if r in prod_origin and prod_origin[r] >= 0:
+                needs.add(prod_origin[r])
+            elif r in vg_in:
+                needs_inputs.add(vg_in[r])
+    fwd_flops = float(eflops[np.flatnonzero(primal)].sum())
+    bwd_flops = float(eflops.sum() - fwd_flops)
+    flops = np.zeros(E)
+    for j in np.flatnonzero(primal).tolist():
+        if origin[j] >= 0:
+            flops[origin[j]] += eflops[j]
+
+    # body-level dataflow
+    pos_eq = {o: k for k, be in enumerate(body.eqns) for o in be.outs}
+    pos_in = {v: i for i, v in enumerate(body.arg_ids)}
+    feeds = []
+    for be in body.eqns:
+        eqs = tuple(sorted({pos_eq[r] for r in be.ins if isinstance(r, int) and r in pos_eq}))
+        ins = tuple(sorted({pos_in[r] for r in be.ins if isinstance(r, int) and r in pos_in}))
+        feeds.append((eqs, ins))
+    out_bytes = np.array([sum(aval_bytes(body.avals[o]) for o in be.outs) for be in body.eqns],
+                         dtype=np.int64)
+    anchors = tuple(k for k, be in enumerate(body.eqns)
+                    if not cheap_leaf(be) and all(jnp.issubdtype(body.avals[o].dtype, jnp.inexact)
+                                                  for o in be.outs))
+    act = np.asarray(activation, dtype=bool)
+    carry_bytes = int(sum(aval_bytes(in_avals[i]) for i in range(nc, nc + ncar)))
+    return ScanBody(
+        leaf=leaf, length=length, body=body, num_consts=nc, num_carry=ncar,
+        carry_bytes=carry_bytes, input_is_activation=act, flops=flops, out_bytes=out_bytes,
+        anchors=anchors, needs=frozenset(needs), needs_inputs=frozenset(needs_inputs),
+        feeds=tuple(feeds), fwd_flops=fwd_flops, bwd_flops=bwd_flops,
+        names=tuple(be.scope for be in body.eqns),
+    )
+
+
+# ------------------------------------------------------------------------------ application
+def bind_scan(e: LeafEqn, invals: Sequence[Any], decision: ScanDecision, scan_id: int,
+              *, body: FlatJaxpr | None = None) -> list:
+    """Evaluate scan equation ``e`` on ``invals`` under ``decision`` (see the module docstring).
+
+    The body runs under ``jax.checkpoint(policy=save_only_these_names(...))`` with the kept
+    anchors tagged :func:`tag_name` ``(scan_id, j)``; with ``decision.group > 1`` the scan is
+    nested (the outer body checkpointed with nothing saveable).
+    """
+    closed, length, nc, ncar = _split_params(e)
+    reverse = bool(e.params.get("reverse", False))
+    unroll = e.params.get("unroll", 1)
+    fb = body if body is not None else flatten(closed, INLINE_FORWARD)
+    consts, init, xs = (list(invals[:nc]), list(invals[nc:nc + ncar]), list(invals[nc + ncar:]))
+    saved = set(decision.saved)
+    names = [tag_name(scan_id, j) for j in sorted(saved)]
+
+    def step(carry, x):
+        env = fb.const_env()
+        env.update(zip(fb.arg_ids, [*consts, *carry, *x]))
+        for j, be in enumerate(fb.eqns):
+            vals = bind(be, [r.val if isinstance(r, Lit) else env[r] for r in be.ins],
+                        relative=True)
+            if j in saved:
+                vals = [checkpoint_name(v, tag_name(scan_id, j)) for v in vals]
+            env.update(zip(be.outs, vals))
+        outs = [r.val if isinstance(r, Lit) else env[r] for r in fb.out_refs]
+        return outs[:ncar], outs[ncar:]
+
+    inner = jax.checkpoint(step, policy=jax.checkpoint_policies.save_only_these_names(*names),
+                           prevent_cse=False)
+    g = int(decision.group)
+    if g <= 1:
+        carry, ys = jax.lax.scan(inner, init, xs, length=length, reverse=reverse, unroll=unroll)
+        return [*carry, *ys]
+    if length % g:
+        raise InvalidPlanError(f"scan group {g} does not divide its length {length}")
+    n = length // g
+
+    # the outer scan runs over group indices and slices the stacked inputs itself, so they stay
+    # the scan's inputs (a reshaped copy would be kept as a residual)
+    def group(carry, i, *xs_all):
+        xg = [jax.lax.dynamic_slice_in_dim(x, i * g, g) for x in xs_all]
+        return jax.lax.scan(inner, carry, xg, length=g, reverse=reverse)
+
+    outer = jax.checkpoint(group, policy=jax.checkpoint_policies.nothing_saveable,
+                           prevent_cse=False)
+    carry, ys = jax.lax.scan(lambda c, i: outer(c, i, *xs), init, jnp.arange(n),
+                             length=n, reverse=reverse)
+    return [*carry, *[y.reshape((length,) + y.shape[2:]) for y in ys]]
+
+
+def default_groups(length: int) -> int:
+    """``round(sqrt(L))`` rounded to a divisor of ``L`` (the classic sqrt(n) nesting)."""
+    divs = [g for g in range(1, length + 1) if length % g == 0]
+    return min(divs, key=lambda g: abs(g - math.sqrt(length)))
