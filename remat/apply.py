@@ -125,8 +125,14 @@ def _io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
     return io
 
 
-def _interpreter(forward, segs: Sequence[Segment], *, prevent_cse: bool = True) -> Callable:
-    """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``."""
+def _interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
+                 prevent_cse: bool = True) -> Callable:
+    """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``; scan
+    equations with a decision in ``scans`` (leaf -> ``(ScanDecision, ScanBody)``) are bound
+    by :func:`remat.scans.bind_scan`."""
+    from remat.scans import bind_scan
+
+    scans = scans or {}
     eqns = forward.eqns
     consts = forward.const_env()
     io = _io(eqns, segs, forward.out_refs, set(consts))
@@ -147,9 +153,14 @@ def _interpreter(forward, segs: Sequence[Segment], *, prevent_cse: bool = True) 
                     *(env[i] for i in ins))
                 env.update(zip(outs, res))
                 continue
-            for e in eqns[s.start:s.stop]:
-                vals = bind(e, [r.val if isinstance(r, Lit) else env[r] for r in e.ins],
-                            relative=True)
+            for k in range(s.start, s.stop):
+                e = eqns[k]
+                ins = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
+                if k in scans:
+                    dec, body = scans[k]
+                    vals = bind_scan(e, ins, dec, k, body=body.body)
+                else:
+                    vals = bind(e, ins, relative=True)
                 env.update(zip(e.outs, vals))
 
     def fun(*flat_args):
@@ -244,6 +255,19 @@ class Applied:
         s = (f"{self.plan.meta.get('policy')}: predicted saved {format_bytes(self.predicted_residual_bytes)}"
              f", realised {format_bytes(self.residual_bytes)}")
         return s + ("" if not self.notes else "; " + "; ".join(self.notes))
+
+
+def _scan_decisions(prog, plan) -> dict:
+    """leaf -> ``(ScanDecision, ScanBody)`` for the plan's scan decisions."""
+    decisions = getattr(plan, "scans", None) or plan.meta.get("scans") or ()
+    bodies = {b.leaf: b for b in prog.scans}
+    out = {}
+    for d in decisions:
+        if d.leaf not in bodies:
+            raise InvalidPlanError(f"scan decision for forward equation {d.leaf}, which is not a "
+                                   "scan the graph analysed")
+        out[d.leaf] = (d, bodies[d.leaf])
+    return out
 
 
 def _abstract(args):
@@ -345,7 +369,7 @@ def apply_plan(
     nfwd = int((~graph.is_backward_array).sum())
     counts = plan.R.sum(axis=0)[:nfwd]
     segs = plan_segments(prog.forward, prog.fwd_node, counts)
-    interp = _interpreter(prog.forward, segs)
+    interp = _interpreter(prog.forward, segs, scans=_scan_decisions(prog, plan))
     in_tree = jax.tree_util.tree_structure(tuple(abstract))
     out_tree = prog.fwd_out_tree
 

@@ -105,6 +105,8 @@ class Program:
       origin: ``int64[len(eqns)]`` forward-program leaf each training equation comes from
         (``-1``: none, e.g. gradient sums).
       fwd_out_tree: treedef of ``fn``'s output.
+      scans: per ``scan`` of the forward program that the loss needs, its
+        :class:`remat.scans.ScanBody` (compact view; empty when scans were unrolled).
       cache: jitted stage functions, filled lazily by :meth:`stage_fn`.
     """
 
@@ -133,6 +135,7 @@ class Program:
     origin: np.ndarray | None = None
     fwd_out_tree: Any = None
     has_aux: bool = False
+    scans: tuple = ()
     cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -299,6 +302,22 @@ def _check_loss(fn, args, has_aux):
         )
 
 
+def _analyse_scans(fwd: FlatJaxpr, fidx: np.ndarray, data_ids, param_ids) -> tuple:
+    """:class:`remat.scans.ScanBody` of every scan the loss needs (compact view)."""
+    leaves = [int(k) for k in fidx if fwd.eqns[k].name == "scan"]
+    if not leaves:
+        return ()
+    from remat.scans import analyse_scan
+    from remat.stages import dependence
+
+    data, _ = dependence(fwd.eqns, data_ids or param_ids, ())
+    return tuple(
+        analyse_scan(fwd, k, [bool(data.get(r, False)) if isinstance(r, int) else False
+                              for r in fwd.eqns[k].ins])
+        for k in leaves
+    )
+
+
 def _resolve_device(device):
     """A device profile: ``None`` -> ``remat.devices.get("host")``, a name -> that profile, any
     object with ``node_costs(graph) -> (times, energies)`` as is."""
@@ -330,6 +349,7 @@ def extract(
     stages: str | int = "auto",
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
+    scans: str = "compact",
     device=None,
     name: str | None = None,
 ) -> Graph:
@@ -345,6 +365,10 @@ def extract(
       argnums: which argument(s) are differentiated (the parameters).
       has_aux: ``fn`` returns ``(loss, aux)``; the graph differentiates the loss, the applier
         also returns ``aux``.
+      scans: ``"compact"``: a ``lax.scan`` is one stage (and its backward one more), analysed
+        per iteration for the scan planner (:mod:`remat.scans`, ``program.scans``);
+        ``"unroll"``: scans are unrolled into one copy of the body per iteration first, so
+        every policy plans (and the applier runs) the unrolled program.
       device: a :mod:`remat.devices` profile, a profile name, or ``None`` for ``"host"``; gives
         ``time_s`` (seconds) and ``energy_j`` (joules) per node.
       name: graph label (defaults to ``fn.__name__``).
@@ -361,6 +385,8 @@ def extract(
     """
     if not args:
         raise ExtractionError("extract needs the example arguments of fn")
+    if scans not in ("compact", "unroll"):
+        raise ExtractionError(f"scans must be 'compact' or 'unroll', got {scans!r}")
     if not (stages == "eqn" or stages in ("auto", "module", "layer")
             or (isinstance(stages, (int, np.integer)) and not isinstance(stages, bool))):
         raise ExtractionError(
@@ -385,6 +411,10 @@ def extract(
         closed_f, fwd_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     except Exception as e:  # noqa: BLE001
         raise ExtractionError(f"tracing the loss failed: {type(e).__name__}: {e}") from e
+    if scans == "unroll":
+        from remat.scans import unroll_scans
+
+        closed_f = unroll_scans(closed_f)
     fwd = flatten(closed_f, INLINE_FORWARD)
     loss_ref = fwd.out_refs[0]
     produced = {o for e in fwd.eqns for o in e.outs}
@@ -420,6 +450,7 @@ def extract(
 
     # 3. stages
     B = batch_size(args, argnums)
+    data = _data_leaves(leaves, diff, B)
     notes = []
     if stages == "eqn":
         F, sunk = list(range(nf)), []
@@ -434,7 +465,6 @@ def extract(
         for j in F:
             if origin[j] >= 0:
                 leaf_flops[origin[j]] += eflops[j]
-        data = _data_leaves(leaves, diff, B)
         groups = group_forward(
             [fwd.eqns[k] for k in fidx], stages, out_ids=[loss_ref],
             data_ids=[fwd.arg_ids[i] for i in np.flatnonzero(data)],
@@ -518,6 +548,8 @@ def extract(
         if not s.is_backward else () for i, s in enumerate(st)
     )
     loss_nodes = [i for i, s in enumerate(st) if not s.is_backward and s.name == "fwd/loss"]
+    scan_bodies = _analyse_scans(fwd, fidx, [fwd.arg_ids[i] for i in np.flatnonzero(data)],
+                                 [fwd.arg_ids[i] for i in np.flatnonzero(diff)])
     if any(e.name == "while" for e in eqns):
         notes.append("while loops: FLOPs count one iteration of cond + body (trip count unknown)")
     meta = {
@@ -585,6 +617,7 @@ def extract(
         origin=origin,
         fwd_out_tree=jax.tree_util.tree_structure(fwd_shape),
         has_aux=has_aux,
+        scans=scan_bodies,
     )
     meta["device"] = getattr(dev, "name", type(dev).__name__)
     return dataclasses.replace(g, nodes=nodes, meta=meta, program=program)

@@ -233,7 +233,7 @@ def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
 
 
 def bind(eqn: LeafEqn, invals: Sequence[Any], *, scope: str | None = None,
-         relative: bool = False) -> list:
+         relative: bool = False, prefix=None) -> list:
     """Evaluate one leaf equation on ``invals`` (as ``jax.core.eval_jaxpr`` does).
 
     Args:
@@ -242,6 +242,7 @@ def bind(eqn: LeafEqn, invals: Sequence[Any], *, scope: str | None = None,
       scope: an extra innermost name scope (the origin marker at extraction).
       relative: put the equation's name stack under the caller's current one (so names read
         ``outer/Module/...`` inside a user's ``jax.jit``), else use it as is.
+      prefix: a name stack put before the equation's (an unrolled scan iteration's scope).
 
     Returns:
       The list of result values.
@@ -250,7 +251,7 @@ def bind(eqn: LeafEqn, invals: Sequence[Any], *, scope: str | None = None,
     subfuns: tuple = ()
     if isinstance(bparams, tuple):  # older JAX: (subfuns, params)
         subfuns, bparams = bparams
-    stack = eqn.name_stack
+    stack = eqn.name_stack if prefix is None else prefix + eqn.name_stack
     if scope is not None:
         stack = stack.extend(scope)
     if relative:

@@ -54,7 +54,8 @@ from remat.frontend import (
 )
 from remat.segments import cheap_leaf
 
-__all__ = ["ScanDecision", "ScanBody", "analyse_scan", "bind_scan", "tag_name"]
+__all__ = ["ScanDecision", "ScanBody", "analyse_scan", "bind_scan", "tag_name", "unroll_scans",
+           "default_groups"]
 
 TAG_PREFIX = "remat.scan"
 
@@ -340,6 +341,48 @@ def bind_scan(e: LeafEqn, invals: Sequence[Any], decision: ScanDecision, scan_id
     carry, ys = jax.lax.scan(lambda c, i: outer(c, i, *xs), init, jnp.arange(n),
                              length=n, reverse=reverse)
     return [*carry, *[y.reshape((length,) + y.shape[2:]) for y in ys]]
+
+
+def unroll_scans(closed, *, max_length: int = 256):
+    """``closed`` (a ``ClosedJaxpr``) with every ``scan`` of at most ``max_length`` iterations
+    unrolled: the body evaluated once per iteration under an extra name scope ``iter<i>`` (so
+    stages keep iterations apart), inputs sliced and outputs stacked.  Returns a
+    ``ClosedJaxpr`` with the same signature (the unrolled view: every policy applies)."""
+    fwd = flatten(closed, INLINE_FORWARD)
+
+    def run_body(fb, ins, prefix):
+        env = fb.const_env()
+        env.update(zip(fb.arg_ids, ins))
+        for be in fb.eqns:
+            invals = [r.val if isinstance(r, Lit) else env[r] for r in be.ins]
+            env.update(zip(be.outs, bind(be, invals, prefix=prefix)))
+        return [r.val if isinstance(r, Lit) else env[r] for r in fb.out_refs]
+
+    def interp(*args):
+        env = fwd.const_env()
+        env.update(zip(fwd.arg_ids, args))
+        for e in fwd.eqns:
+            invals = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
+            if e.name == "scan" and int(e.params["length"]) <= max_length:
+                body_closed, L, nc, ncar = _split_params(e)
+                fb = flatten(body_closed, INLINE_FORWARD)
+                consts, carry, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
+                order = range(L - 1, -1, -1) if e.params.get("reverse") else range(L)
+                ys_all = [None] * L
+                for i in order:
+                    out = run_body(fb, [*consts, *carry, *[x[i] for x in xs]],
+                                   e.name_stack.extend(f"iter{i}"))
+                    carry, ys_all[i] = out[:ncar], out[ncar:]
+                n_ys = len(fb.out_refs) - ncar
+                ys = [jnp.stack([ys_all[i][j] for i in range(L)]) for j in range(n_ys)]
+                vals = [*carry, *ys]
+            else:
+                vals = bind(e, invals)
+            env.update(zip(e.outs, vals))
+        return [r.val if isinstance(r, Lit) else env[r] for r in fwd.out_refs]
+
+    avals = [fwd.avals[i] for i in fwd.arg_ids]
+    return jax.make_jaxpr(interp)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
 
 
 def default_groups(length: int) -> int:

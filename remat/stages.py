@@ -27,6 +27,9 @@ Modes (``stages=``):
   into contiguous cost-balanced (FLOPs) groups; merging whole natural units never cuts a layer.
 * ``"auto"``: ``"module"`` when it gives 2..64 module stages; else layers; more than 64 units
   are merged into 32.
+
+Every ``scan`` equation is a stage of its own, named after the modules of its body
+(``fwd/GPT2/layers/block[scan x12]``): :mod:`remat.scans` plans inside it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import numpy as np
 from remat.errors import ExtractionError
 from remat.frontend import LeafEqn, Lit
 
-__all__ = ["StageGroups", "group_forward", "group_keys", "balanced", "runs", "AUTO_MAX_STAGES"]
+__all__ = ["StageGroups", "group_forward", "group_keys", "balanced", "runs", "dependence",
+           "AUTO_MAX_STAGES"]
 
 AUTO_MAX_STAGES = 64
 AUTO_K_MANY = 32
@@ -156,7 +160,7 @@ def _library_scope(key: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ layers
-def _dependence(eqns: Sequence[LeafEqn], data_ids, param_ids):
+def dependence(eqns: Sequence[LeafEqn], data_ids, param_ids):
     """Per value id: depends on the batch (``data``) / on the parameters (``param``)."""
     data: dict[int, bool] = {v: True for v in data_ids}
     param: dict[int, bool] = {v: True for v in param_ids}
@@ -174,7 +178,7 @@ def _layer_units(eqns: Sequence[LeafEqn], out_ids, data_ids, param_ids) -> tuple
     E = len(eqns)
     if E == 0:
         return [], "layer"
-    data, param = _dependence(eqns, data_ids, param_ids if data_ids else ())
+    data, param = dependence(eqns, data_ids, param_ids if data_ids else ())
     if not data_ids:  # no batch argument: everything computed from the parameters counts
         data = param
         param = {v: True for v in data}
@@ -227,6 +231,45 @@ def _layer_units(eqns: Sequence[LeafEqn], out_ids, data_ids, param_ids) -> tuple
         starts = [0] + hs[1:]  # leading light equations join the first contraction
         return list(zip(starts, starts[1:] + [E])), "contraction"
     return layers, "layer"
+
+
+def _scan_name(e: LeafEqn, scope: str) -> str:
+    """``fwd/<scope>/<body scope>[scan x L]``: named after the modules in the scan's body."""
+    from remat.frontend import INLINE_FORWARD, flatten
+
+    body = flatten(e.params["jaxpr"], INLINE_FORWARD)
+    keys = [b.scope.split("/") for b in body.eqns if b.scope]
+    common: list[str] = []
+    for parts in zip(*keys) if keys else ():
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    name = "/".join([p for p in (scope, "/".join(common)) if p])
+    return f"fwd/{name}[scan x{e.params['length']}]"
+
+
+def _isolate_scans(eqns, units, names, scopes):
+    """Every ``scan`` equation is a stage of its own (the planner of :mod:`remat.scans` decides
+    inside it)."""
+    out_u, out_n = [], []
+    for (a, b), nm in zip(units, names):
+        cuts = [j for j in range(a, b) if eqns[j].name == "scan"]
+        if not cuts:
+            out_u.append((a, b))
+            out_n.append(nm)
+            continue
+        s = a
+        for j in cuts:
+            if j > s:
+                out_u.append((s, j))
+                out_n.append(nm)
+            out_u.append((j, j + 1))
+            out_n.append(_scan_name(eqns[j], scopes[j]))
+            s = j + 1
+        if s < b:
+            out_u.append((s, b))
+            out_n.append(nm)
+    return out_u, out_n
 
 
 # ------------------------------------------------------------------------------ main entry
@@ -298,6 +341,7 @@ def group_forward(
             n0, n1 = unit_names[us[0]], unit_names[us[-1]]
             merged_names.append(n0 + (f"..{n1[4:]}" if n1 != n0 else ""))
         units, unit_names = merged, merged_names
+    units, unit_names = _isolate_scans(eqns, units, unit_names, scopes)
     loss_stage = None
     if loss_run is not None:
         units = units + [loss_run]
