@@ -55,7 +55,7 @@ from remat.frontend import (
 from remat.segments import cheap_leaf
 
 __all__ = ["ScanDecision", "ScanBody", "analyse_scan", "bind_scan", "tag_name", "unroll_scans",
-           "default_groups"]
+           "scan_nodes", "adjusted_graph", "body_policy", "anchor_key", "default_groups"]
 
 TAG_PREFIX = "remat.scan"
 
@@ -383,6 +383,78 @@ def unroll_scans(closed, *, max_length: int = 256):
 
     avals = [fwd.avals[i] for i in fwd.arg_ids]
     return jax.make_jaxpr(interp)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
+
+
+# ------------------------------------------------------------------------------ the graph view
+def scan_nodes(graph, body: ScanBody) -> tuple[int, list[int], int]:
+    """``(forward node, backward nodes, residual bytes)`` of ``body``'s scan in an extracted
+    graph: the scan's own forward stage, the backward stages differentiating it, and the bytes
+    of the forward stage's outputs that those read (JAX's stacked residuals)."""
+    prog = graph.program
+    f = int(prog.fwd_node[body.leaf])
+    bw = [v.index for v in graph.nodes if v.is_backward and v.forward_index == f]
+    outs = set(prog.node_outputs[f])
+    read = {v for b in bw for v in prog.node_inputs[b]} & outs
+    nbytes = int(sum(aval_bytes(prog.avals[v]) for v in read))
+    return f, bw, nbytes
+
+
+def adjusted_graph(graph, decisions: Sequence[ScanDecision]):
+    """``graph`` with each decided scan's stages resized to the decision: the forward stage
+    keeps :meth:`ScanBody.cost` ``residual_bytes`` instead of JAX's stacked residuals, its first
+    backward stage also holds a nested group's inner residuals (``transient_bytes``), and FLOPs
+    include the recomputation.  Times and energies scale with FLOPs.  The checkpoint-all peak
+    of the result (:meth:`Graph.no_remat_peak`) is the plan's predicted peak."""
+    bodies = {b.leaf: b for b in graph.program.scans}
+    nodes = list(graph.nodes)
+    for d in decisions:
+        body = bodies.get(d.leaf)
+        if body is None:
+            raise InvalidPlanError(f"no analysed scan at forward equation {d.leaf}")
+        f, bw, res = scan_nodes(graph, body)
+        c = body.cost(d.saved, d.group)
+        v = nodes[f]
+        nodes[f] = dataclasses.replace(v, out_bytes=int(v.out_bytes - res + c["residual_bytes"]))
+        if bw:
+            b0 = nodes[bw[0]]
+            old = sum(nodes[b].flops for b in bw) + v.flops
+            scale = c["flops"] / old if old > 0 else 1.0
+            nodes[bw[0]] = dataclasses.replace(
+                b0, out_bytes=int(b0.out_bytes + c["transient_bytes"]),
+                flops=b0.flops + (c["flops"] - old),
+                time_s=b0.time_s * scale if b0.time_s else b0.time_s,
+                energy_j=b0.energy_j * scale if b0.energy_j else b0.energy_j)
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def body_policy(body: ScanBody, saved: Sequence[int]):
+    """A plain ``jax.checkpoint`` policy keeping ``saved`` anchors of ``body``, for users who
+    write ``nn.scan(nn.remat(Block, policy=...))`` or ``jax.checkpoint(step, policy=...)``
+    themselves: an anchor is recognised by its primitive, operand shapes and dtypes and
+    parameters (JAX calls policies with those), so no ``checkpoint_name`` is needed.  Anchors
+    that look alike are kept together (:func:`anchor_key`)."""
+    keys = frozenset(anchor_key(body.body, j) for j in saved)
+
+    def policy(prim, *avals, **params):
+        return _key(prim.name, avals, params) in keys
+
+    policy.keys = keys  # type: ignore[attr-defined]
+    return policy
+
+
+def _key(name, avals, params) -> tuple:
+    shapes = tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for a in avals)
+    simple = tuple(sorted((k, repr(v)) for k, v in params.items()
+                          if k in ("dimension_numbers", "window_strides", "padding",
+                                   "feature_group_count", "batch_group_count")))
+    return (name, shapes, simple)
+
+
+def anchor_key(body: FlatJaxpr, j: int) -> tuple:
+    """What a JAX policy sees of body equation ``j``: primitive, operand avals, parameters."""
+    e = body.eqns[j]
+    avals = [body.avals[r] if not isinstance(r, Lit) else np.asarray(r.val) for r in e.ins]
+    return _key(e.name, avals, e.params)
 
 
 def default_groups(length: int) -> int:
