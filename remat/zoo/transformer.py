@@ -3,7 +3,9 @@ pre-LN decoder), as in POET's BERT experiments, Sage's BERT-small and OLLA's tra
 
 Both use the same :class:`SelfAttention` (``qkv`` projection to ``heads x head_dim``, scaled
 dot product, softmax, attention dropout, ``out`` projection) and :class:`FeedForward`
-(``fc1`` 4x expansion, GELU, ``fc2``). Dropout takes its key from ``batch["dropout_rng"]``
+(``fc1`` 4x expansion, GELU, ``fc2``).  The usual intermediates carry ``checkpoint_name`` tags
+(``qkv``, ``context``, ``attn_out``, ``mlp_hidden``, ``mlp_out``), as in MaxText, so users'
+``save_only_these_names(...)`` policies can be written against them. Dropout takes its key from ``batch["dropout_rng"]``
 (a raw ``uint32[2]`` key), so ``loss_fn(params, batch)`` stays pure; ``dropout=0.0`` removes
 the random ops altogether.
 
@@ -26,11 +28,13 @@ are one option away.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from remat.zoo._common import (
     ModelOptionError,
@@ -56,7 +60,8 @@ class SelfAttention(nn.Module):
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         _, t, d = x.shape
         hd = d // self.num_heads
-        qkv = nn.Dense(3 * d, name="qkv")(x).reshape(x.shape[:2] + (3, self.num_heads, hd))
+        qkv = checkpoint_name(nn.Dense(3 * d, name="qkv")(x), "qkv")
+        qkv = qkv.reshape(x.shape[:2] + (3, self.num_heads, hd))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each [B, T, H, hd]
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
         if self.causal:
@@ -65,8 +70,8 @@ class SelfAttention(nn.Module):
         probs = jax.nn.softmax(scores, axis=-1)
         if self.dropout > 0:
             probs = nn.Dropout(self.dropout, deterministic=not train)(probs)
-        y = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(x.shape)
-        return nn.Dense(d, name="out")(y)
+        y = checkpoint_name(jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(x.shape), "context")
+        return checkpoint_name(nn.Dense(d, name="out")(y), "attn_out")
 
 
 class FeedForward(nn.Module):
@@ -77,8 +82,9 @@ class FeedForward(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
-        y = nn.gelu(nn.Dense(self.mlp_dim, name="fc1")(x), approximate=self.approximate_gelu)
-        return nn.Dense(x.shape[-1], name="fc2")(y)
+        h = checkpoint_name(nn.Dense(self.mlp_dim, name="fc1")(x), "mlp_hidden")
+        y = nn.gelu(h, approximate=self.approximate_gelu)
+        return checkpoint_name(nn.Dense(x.shape[-1], name="fc2")(y), "mlp_out")
 
 
 class TransformerBlock(nn.Module):
@@ -121,17 +127,23 @@ class _ScanBlock(nn.Module):
         return block(x, self.train), None
 
 
-def _layers(x, *, scan: bool, num_layers: int, prefix: str, train: bool, **block):
+def _layers(x, *, scan: bool, num_layers: int, prefix: str, train: bool, remat_policy=None,
+            **block):
     """``num_layers`` blocks: unrolled (``{prefix}{i}`` submodules) or one ``nn.scan`` over a
     stacked block (``layers``; parameters with a leading layer axis), as deep JAX models are
-    written."""
+    written.  ``remat_policy``: each block under ``nn.remat(..., policy=remat_policy)``, the way
+    users pick a JAX checkpoint policy by hand."""
     if scan:
-        stack = nn.scan(_ScanBlock, variable_axes={"params": 0},
+        cls = _ScanBlock if remat_policy is None else nn.remat(
+            _ScanBlock, policy=remat_policy, prevent_cse=False)
+        stack = nn.scan(cls, variable_axes={"params": 0},
                         split_rngs={"params": True, "dropout": True}, length=num_layers)
         x, _ = stack(train=train, name="layers", **block)(x, None)
         return x
+    cls = TransformerBlock if remat_policy is None else nn.remat(
+        TransformerBlock, policy=remat_policy, static_argnums=(2,))
     for i in range(num_layers):
-        x = TransformerBlock(name=f"{prefix}{i}", **block)(x, train)
+        x = cls(name=f"{prefix}{i}", **block)(x, train)
     return x
 
 
@@ -146,6 +158,7 @@ class BertMLM(nn.Module):
     max_len: int = 512
     dropout: float = 0.1
     scan: bool = False
+    remat_policy: Any = None
 
     @nn.compact
     def __call__(self, tokens: jax.Array, train: bool = True) -> jax.Array:
@@ -158,8 +171,8 @@ class BertMLM(nn.Module):
         if self.dropout > 0:
             x = nn.Dropout(self.dropout, deterministic=not train)(x)
         x = _layers(x, scan=self.scan, num_layers=self.num_layers, prefix="layer", train=train,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout=self.dropout,
-                    causal=False, pre_ln=False)
+                    remat_policy=self.remat_policy, num_heads=self.num_heads,
+                    mlp_dim=self.mlp_dim, dropout=self.dropout, causal=False, pre_ln=False)
         h = nn.gelu(nn.Dense(self.hidden, name="mlm_dense")(x), approximate=False)
         h = nn.LayerNorm(epsilon=1e-12, name="mlm_ln")(h)
         bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
@@ -177,6 +190,7 @@ class GPT2(nn.Module):
     max_len: int = 1024
     dropout: float = 0.1
     scan: bool = False
+    remat_policy: Any = None
 
     @nn.compact
     def __call__(self, tokens: jax.Array, train: bool = True) -> jax.Array:
@@ -187,8 +201,8 @@ class GPT2(nn.Module):
         if self.dropout > 0:
             x = nn.Dropout(self.dropout, deterministic=not train)(x)
         x = _layers(x, scan=self.scan, num_layers=self.num_layers, prefix="h", train=train,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout=self.dropout,
-                    causal=True, pre_ln=True)
+                    remat_policy=self.remat_policy, num_heads=self.num_heads,
+                    mlp_dim=self.mlp_dim, dropout=self.dropout, causal=True, pre_ln=True)
         x = nn.LayerNorm(epsilon=1e-5, name="ln_f")(x)
         return wte.attend(x)
 
@@ -224,12 +238,15 @@ def build_bert_small(
     abstract: bool = False,
     init: str = "numpy",
     scan: bool = False,
+    remat_policy: Any = None,
 ) -> ModelSpec:
     """``bert_small``: batch ``{"tokens": int32[B, T], "targets": int32[B, T],
     "weights": float32[B, T] (1 at masked positions), "dropout_rng": uint32[2]}``
     (no ``dropout_rng`` when ``dropout=0``). ``mlp_dim`` defaults to ``4 * hidden``.
     At least one position per sequence is masked.  ``scan=True``: the encoder layers are one
     ``nn.scan`` over a stacked block (same parameters, stacked on a leading layer axis).
+    ``remat_policy``: every block under ``nn.remat(..., policy=remat_policy)`` (a JAX checkpoint
+    policy chosen by hand, the baseline remat's planners compete with).
     """
     mlp_dim = 4 * hidden if mlp_dim is None else mlp_dim
     _check("bert_small", batch_size, seq_len, max_len, vocab_size, hidden, num_layers, num_heads,
@@ -247,7 +264,7 @@ def build_bert_small(
         batch["dropout_rng"] = dropout_key(seed)
     module = BertMLM(vocab_size=vocab_size, hidden=hidden, num_layers=num_layers,
                      num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout,
-                     scan=scan)
+                     scan=scan, remat_policy=remat_policy)
     opts = dict(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, hidden=hidden,
                 num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len,
                 dropout=dropout, mask_prob=mask_prob, seed=seed, scan=scan)
@@ -272,11 +289,14 @@ def build_gpt2_small(
     abstract: bool = False,
     init: str = "numpy",
     scan: bool = False,
+    remat_policy: Any = None,
 ) -> ModelSpec:
     """``gpt2_small``: batch ``{"tokens": int32[B, T], "targets": int32[B, T] (tokens shifted by
     one), "dropout_rng": uint32[2]}`` (no ``dropout_rng`` when ``dropout=0``).
     ``mlp_dim`` defaults to ``4 * hidden``.  ``scan=True``: the decoder layers are one
     ``nn.scan`` over a stacked block (same parameters, stacked on a leading layer axis).
+    ``remat_policy``: every block under ``nn.remat(..., policy=remat_policy)`` (a JAX checkpoint
+    policy chosen by hand, the baseline remat's planners compete with).
     """
     mlp_dim = 4 * hidden if mlp_dim is None else mlp_dim
     _check("gpt2_small", batch_size, seq_len, max_len, vocab_size, hidden, num_layers, num_heads,
@@ -288,7 +308,7 @@ def build_gpt2_small(
         batch["dropout_rng"] = dropout_key(seed)
     module = GPT2(vocab_size=vocab_size, hidden=hidden, num_layers=num_layers,
                   num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len, dropout=dropout,
-                  scan=scan)
+                  scan=scan, remat_policy=remat_policy)
     opts = dict(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, hidden=hidden,
                 num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, max_len=max_len,
                 dropout=dropout, seed=seed, scan=scan)
