@@ -176,7 +176,11 @@ def _interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
 def predicted_residual_bytes(graph, plan) -> int:
     """Bytes the plan keeps from the forward pass for later use: outputs of forward nodes the
     plan computes once that a backward node or a recomputed forward node reads (the saved
-    residuals of the rematerialized function, in the graph's model)."""
+    residuals of the rematerialized function, in the graph's model).  A scan with a decision
+    keeps :meth:`remat.scans.ScanBody.cost` ``residual_bytes`` instead of JAX's stacked
+    residuals."""
+    from remat.scans import scan_nodes
+
     prog = graph.program
     counts = plan.R.sum(axis=0)
     is_bwd = graph.is_backward_array
@@ -184,6 +188,11 @@ def predicted_residual_bytes(graph, plan) -> int:
     keep = (~is_bwd) & (counts == 1)
     total = 0
     seen: set[int] = set()
+    decided = _scan_decisions(prog, plan)
+    for dec, body in decided.values():
+        f, bw, _ = scan_nodes(graph, body)
+        seen.update(v for b in bw for v in prog.node_inputs[b] if prog.producer[v][0] == f)
+        total += body.cost(dec.saved, dec.group)["residual_bytes"]
     for d in np.flatnonzero(later).tolist():
         for v in prog.node_inputs[d]:
             p = prog.producer[v][0]
@@ -393,9 +402,16 @@ def apply_plan(
     if warns and warn:
         warnings.warn(f"remat: plan of {plan.meta.get('policy')!r} not realised exactly: "
                       + "; ".join(warns), RematFidelityWarning, stacklevel=3)
+    decided = [d for d, _ in _scan_decisions(prog, plan).values()]
+    if decided:
+        from remat.scans import adjusted_graph
+
+        flops_graph = adjusted_graph(graph, decided)
+    else:
+        flops_graph = graph
     return Applied(graph, plan, plan.saved_forward(graph), segs, remat_fn,
                    time.perf_counter() - t0, dots, predicted, realised, tuple(notes),
-                   tuple(warns), float(plan.R.sum(axis=0) @ graph.flops_array))
+                   tuple(warns), float(plan.R.sum(axis=0) @ flops_graph.flops_array))
 
 
 # --------------------------------------------------------------------------- public API

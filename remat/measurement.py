@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Measurement", "measure", "residual_bytes", "hlo_counts", "FLAG"]
+__all__ = ["Measurement", "measure", "residual_bytes", "step_flops", "hlo_counts", "FLAG"]
 
 FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
 
@@ -46,7 +46,10 @@ class Measurement:
         ``memory_analysis()``.
       xla_total_bytes: ``argument + output + temp - alias`` (``peak_memory_in_bytes`` on CPU
         counts only arguments and outputs).
-      flops: ``cost_analysis()["flops"]`` of the compiled step.
+      flops: ``cost_analysis()["flops"]`` of the compiled step (a ``while``/``scan`` body counted
+        once).
+      jaxpr_flops: FLOPs of the step's jaxpr by :func:`step_flops` (loops times their trip
+        count, recomputation included).
       wall_s: median wall time of ``runs`` calls of the compiled step (after one warm-up).
       compile_s: lowering + compilation time.
       plan_time_s: extraction + planning + application time (0 without a policy).
@@ -68,6 +71,7 @@ class Measurement:
     xla_alias_bytes: int
     xla_total_bytes: int
     flops: float
+    jaxpr_flops: float
     wall_s: float
     compile_s: float
     plan_time_s: float
@@ -105,6 +109,15 @@ def residual_bytes(fn: Callable, *args) -> tuple[int, str]:
         ids = {id(x) for x in jax.tree_util.tree_leaves(args)}
         leaves = [x for x in jax.tree_util.tree_leaves(pullback) if id(x) not in ids and hasattr(x, "nbytes")]
         return int(sum(x.nbytes for x in leaves)), "jax.vjp pullback leaves minus the inputs"
+
+
+def step_flops(step: Callable, *args) -> float:
+    """FLOPs of ``step(*args)`` counted on its jaxpr with :mod:`remat.flops` (a loop body times
+    its trip count, recomputation included).  XLA's ``cost_analysis()`` counts the body of a
+    ``while`` loop (a compiled ``lax.scan``) once, so it under-counts scanned models."""
+    from remat.flops import jaxpr_flops
+
+    return float(jaxpr_flops(jax.make_jaxpr(step)(*args).jaxpr))
 
 
 _DOT = re.compile(r"\s(dot|convolution)\(")
@@ -191,7 +204,9 @@ def measure(
     out, alias = int(ma.output_size_in_bytes), int(ma.alias_size_in_bytes)
     labels["xla"] = "compiled.memory_analysis() of jax.jit(step); total = argument + output + temp - alias"
     flops = _cost_flops(compiled)
-    labels["flops"] = "compiled.cost_analysis()['flops'] of the step"
+    labels["flops"] = "compiled.cost_analysis()['flops'] of the step (loop bodies counted once)"
+    jflops = step_flops(vg, *args)
+    labels["jaxpr_flops"] = "remat.flops over the step's jaxpr (loops times their trip count)"
     dots, barriers = hlo_counts(compiled.as_text())
     emitted = lowered.as_text().count("optimization_barrier") > 0
     recomputes = app.recompute_dots > 0
@@ -235,6 +250,7 @@ def measure(
         xla_alias_bytes=alias,
         xla_total_bytes=arg + out + temp - alias,
         flops=flops,
+        jaxpr_flops=jflops,
         wall_s=float(statistics.median(times)),
         compile_s=compile_s,
         plan_time_s=float(app.plan_time_s),

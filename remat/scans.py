@@ -102,6 +102,8 @@ class ScanBody:
         (``(eqns, inputs)``).
       fwd_flops, bwd_flops: one iteration's forward and backward FLOPs (no recomputation).
       names: per body equation, its scope key (for readable names).
+      xs_param_bytes: bytes of one iteration's slice of the stacked inputs that are not
+        activations (a layer's parameters).
     """
 
     leaf: int
@@ -120,6 +122,7 @@ class ScanBody:
     fwd_flops: float
     bwd_flops: float
     names: tuple[str, ...] = ()
+    xs_param_bytes: int = 0
 
     def groups(self) -> list[int]:
         """Valid group sizes: the divisors of the length."""
@@ -131,7 +134,9 @@ class ScanBody:
         Returns a dict: ``iter_bytes`` (kept per iteration: saved anchors reached plus the
         activation inputs, i.e. the carry), ``residual_bytes`` (kept from the forward pass to
         the backward pass: ``L * iter_bytes`` flat, ``L / group * carry_bytes`` nested),
-        ``transient_bytes`` (a group's inner residuals during its backward pass, 0 flat),
+        ``transient_bytes`` (during a group's backward pass: its inner residuals, and, measured on
+        XLA, a copy of the group's parameter slices and of their gradients when ``1 < group <
+        L``; 0 flat),
         ``recompute_flops`` (FLOPs recomputed per step, nested re-runs included) and
         ``flops`` (forward + backward + recomputation, whole scan).
         """
@@ -168,6 +173,8 @@ class ScanBody:
         else:
             residual = (L // group) * self.carry_bytes
             transient = group * iter_bytes
+            if group < L:  # XLA copies the group's parameter slices and their gradients
+                transient += 2 * group * self.xs_param_bytes
             rec += float(self.fwd_flops) * L  # every group re-runs its forward once
         return dict(iter_bytes=iter_bytes, residual_bytes=int(residual),
                     transient_bytes=int(transient), recompute_flops=rec,
@@ -282,12 +289,13 @@ def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> S
                                                   for o in be.outs))
     act = np.asarray(activation, dtype=bool)
     carry_bytes = int(sum(aval_bytes(in_avals[i]) for i in range(nc, nc + ncar)))
+    xs_param = int(sum(aval_bytes(in_avals[i]) for i in range(nc + ncar, n_in) if not act[i]))
     return ScanBody(
         leaf=leaf, length=length, body=body, num_consts=nc, num_carry=ncar,
         carry_bytes=carry_bytes, input_is_activation=act, flops=flops, out_bytes=out_bytes,
         anchors=anchors, needs=frozenset(needs), needs_inputs=frozenset(needs_inputs),
         feeds=tuple(feeds), fwd_flops=fwd_flops, bwd_flops=bwd_flops,
-        names=tuple(be.scope for be in body.eqns),
+        names=tuple(be.scope for be in body.eqns), xs_param_bytes=xs_param,
     )
 
 
