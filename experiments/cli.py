@@ -12,7 +12,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import sys
 import time
@@ -35,14 +34,29 @@ def _graph(args):
     return remat.extract(loss_fn, params, batch, stages=stages)
 
 
+def load_plugin(spec: str) -> None:
+    """Import ``spec`` (a ``.py`` file path or a dotted module name) so that the policies it
+    registers with ``@policies.register`` join the registry."""
+    import importlib
+    import importlib.util
+
+    if spec.endswith(".py"):
+        name = "remat_plugin_" + os.path.splitext(os.path.basename(spec))[0]
+        loader = importlib.util.spec_from_file_location(name, spec)
+        if loader is None or not os.path.exists(spec):
+            raise SystemExit(f"remat: error: no plugin file {spec!r}")
+        mod = importlib.util.module_from_spec(loader)
+        sys.modules[name] = mod
+        loader.loader.exec_module(mod)
+    else:
+        importlib.import_module(spec)
+
+
 def _make_policy(name: str, time_limit: float):
     import policies
 
-    cls = policies.base._REGISTRY[name.lower().replace("-", "_")] if name else None
-    kwargs = {}
-    if cls is not None and "time_limit" in inspect.signature(cls).parameters:
-        kwargs["time_limit"] = time_limit
-    return policies.get(name, **kwargs)
+    takes_limit = "time_limit" in policies.option_names(name)
+    return policies.get(name, **({"time_limit": time_limit} if takes_limit else {}))
 
 
 def _fmt_bytes(n) -> str:
@@ -185,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sp.add_argument("--batch-size", type=int, default=None, help="default: 256 for mlp, else 8")
         sp.add_argument("--stages", default="auto", help='"auto", "module", "eqn" or an int')
         sp.add_argument("--time-limit", type=float, default=20.0, help="per-solver seconds")
+        sp.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                        help="import a module (a .py path or a dotted name) that registers "
+                             "policies, before running; repeatable")
 
     sp = sub.add_parser("models", help="list zoo models")
     sp.set_defaults(fn=cmd_models)
@@ -210,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_sweep)
     args = p.parse_args(argv)
+    for plug in getattr(args, "plugin", ()):
+        load_plugin(plug)
     if getattr(args, "cmd", None) == "compare" and args.plot is None:
         args.plot = f"compare_{os.path.basename(args.model).split('.')[0]}.png"
     from remat.errors import RematError

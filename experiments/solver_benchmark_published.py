@@ -175,16 +175,10 @@ def register_all_policies() -> list[str]:
 
 
 def _make(name: str, **options):
-    import inspect
-
     import policies
 
-    cls = policies.base._REGISTRY[name]
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        params = {}
-    return policies.get(name, **{k: v for k, v in options.items() if k in params})
+    known = policies.option_names(name)
+    return policies.get(name, **{k: v for k, v in options.items() if k in known})
 
 
 def _run_policy(graph, name: str, budget: int, **options) -> dict[str, Any]:

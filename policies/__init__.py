@@ -3,7 +3,16 @@
 ``policies.get(name, **options)`` and ``policies.available()`` form the registry.
 """
 
-from policies.base import Policy, available, checkpoint_all_plan, get, register
+from policies.base import (
+    BasePolicy,
+    Policy,
+    PolicyContext,
+    available,
+    checkpoint_all_plan,
+    get,
+    option_names,
+    register,
+)
 from policies.chain_dp import ChainDP
 from policies.checkmate import Checkmate
 from policies.checkpoint_all import CheckpointAll
@@ -13,10 +22,12 @@ from policies.jax_policy import JaxPolicy
 from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
+from policies.scan_layers import ScanLayers
 from policies.sqrtn import SqrtN
 
 __all__ = [
-    "Policy", "available", "get", "register", "checkpoint_all_plan",
+    "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
+    "checkpoint_all_plan", "ScanLayers",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
     "Checkmate", "Poet", "GreedyRemat", "Pebbling",
 ]

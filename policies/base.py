@@ -1,19 +1,54 @@
-"""The policy protocol and registry."""
+"""The policy contract: authors write the decision, one wrapper does everything else.
+
+A policy is a frozen dataclass of options (budget included) that subclasses :class:`BasePolicy`
+and implements one method::
+
+    @register("every_kth")
+    @dataclasses.dataclass(frozen=True)
+    class EveryKth(BasePolicy):
+        k: int = 2
+        budget: int | str | None = None
+
+        def solve(self, graph, budget_bytes, ctx):  # -> Plan
+            keep = graph.forward_indices()[:: self.k]
+            return plan_from_checkpoints(graph, keep, status="heuristic")
+
+:meth:`BasePolicy.plan` (never overridden) resolves the budget (``"60%"``, ``"512MiB"``, bytes),
+asks :meth:`BasePolicy.check_applicable`, short-cuts to checkpoint-all when the budget needs no
+recomputation (policies that opt in), times the solve, validates the plan by replay (on the graph
+at the plan's micro-batch size), refuses a plan over budget, and fills the same typed statistics
+for every policy (:class:`remat.plan.PlanStats`: status, objective, lower bound, gap, solve time,
+peak).  The :class:`PolicyContext` carries what a decision may need besides the graph: the time
+limit, the device profile, and the graph at another micro-batch count (``ctx.graph_at(k)``) so a
+policy can choose ``Plan.microbatches``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from remat.budget import resolve_budget
-from remat.errors import BudgetFormatError, SolverError, UnknownNameError
+from remat.context import PolicyContext
+from remat.errors import (
+    BudgetFormatError,
+    InvalidPlanError,
+    RematError,
+    SolverError,
+    UnknownNameError,
+)
 from remat.graph import Graph
 from remat.plan import Plan
 
-_REGISTRY: dict[str, Callable[..., Policy]] = {}
+_REGISTRY: dict[str, type] = {}
+
+#: statuses a policy may report (``"optimal"``: proven; ``"feasible"``: a solver's plan without
+#: proof; ``"time_limit"``: a solver's incumbent at its time limit; ``"heuristic"``: no solver).
+STATUSES = ("optimal", "feasible", "time_limit", "heuristic")
 
 
 @runtime_checkable
@@ -29,8 +64,103 @@ class Policy(Protocol):
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan: ...
 
 
+class BasePolicy:
+    """Base class of every registered policy (see the module docstring for the contract).
+
+    Class attributes a policy may set:
+      shortcut: when the budget is ``None`` or at least the no-remat peak, return checkpoint-all
+        (status ``"optimal"``) without calling :meth:`solve`.  For policies that minimise
+        recomputation under a budget; not for fixed-shape baselines (``SqrtN``, ``RecomputeAll``).
+      objective_unit: the unit of ``meta["objective"]`` (``"cost"``: the graph's compute-cost
+        units, ``"J"`` for energy objectives).
+    """
+
+    name: ClassVar[str] = "custom"
+    shortcut: ClassVar[bool] = False
+    objective_unit: ClassVar[str] = "cost"
+
+    # -- what authors write
+    def check_applicable(self, graph: Graph) -> None:
+        """Raise :class:`~remat.errors.NotApplicableError` if this policy cannot plan ``graph``."""
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        """The decision: a plan for ``graph`` whose replayed peak is at most ``budget_bytes``
+        (``None``: no limit), or a typed :mod:`remat.errors` exception."""
+        raise NotImplementedError(f"{type(self).__name__}.solve")
+
+    def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
+        """The graph whose replay gives ``plan``'s memory: ``graph``, or ``ctx.graph_at(k)``
+        for a plan of ``k`` micro-batches.  Policies that change node sizes (scan decisions)
+        override it."""
+        k = int(plan.microbatches)
+        if k == 1:
+            return graph
+        if ctx.graph_at is None:
+            raise InvalidPlanError(f"{self.name}: a plan of {k} micro-batches needs "
+                                   "ctx.graph_at to be checked")
+        return ctx.graph_at(k)
+
+    # -- the one wrapper
+    def resolve(self, graph: Graph, budget: int | str | None = None) -> int | None:
+        """The budget in bytes: ``budget`` if given, else the policy's own ``budget`` option."""
+        return resolve_budget(getattr(self, "budget", None) if budget is None else budget, graph)
+
+    def plan(self, graph: Graph, budget: int | str | None = None, *,
+             ctx: PolicyContext | None = None) -> Plan:
+        """Plan ``graph`` under ``budget`` (default: the constructor's); see the module docstring.
+
+        Returns:
+          A validated :class:`~remat.Plan` whose ``meta`` holds ``policy``, ``budget`` (bytes),
+          ``status``, ``objective`` (and ``objective_unit``), ``lower_bound``, ``gap``,
+          ``peak_bytes`` (replayed), ``compute_cost`` and ``solve_time_s``.
+
+        Raises:
+          InfeasibleBudgetError: with the policy's smallest feasible budget.
+          NotApplicableError: the policy does not apply to ``graph``.
+          SolverError: the policy produced a plan over budget (a bug, never returned).
+        """
+        ctx = ctx or PolicyContext()
+        t0 = time.perf_counter()
+        b = self.resolve(graph, budget)
+        self.check_applicable(graph)
+        if self.shortcut and (b is None or b >= graph.no_remat_peak()):
+            cost = float(graph.costs.sum())
+            p = checkpoint_all_plan(graph).with_meta(method="checkpoint_all", objective=cost,
+                                                     lower_bound=cost, gap=0.0)
+        else:
+            p = self.solve(graph, b, ctx)
+        return self._finish(graph, p, b, ctx, time.perf_counter() - t0)
+
+    def _finish(self, graph: Graph, p: Plan, b: int | None, ctx: PolicyContext,
+                elapsed: float) -> Plan:
+        from remat.schedule import replay
+
+        g = self.evaluation_graph(graph, p, ctx)
+        p.validate(g)
+        peak = replay(g, p).peak_bytes
+        if b is not None and peak > b:
+            raise SolverError(f"{self.name}: plan peaks at {peak} bytes, over the budget {b} "
+                              "(a bug in the policy)")
+        status = p.meta.get("status", "unknown")
+        if status not in STATUSES:
+            status = "heuristic"
+        compute = float(p.compute_counts() @ g.costs)
+        objective = p.meta.get("objective")
+        objective = compute if objective is None else float(objective)
+        lb = p.meta.get("lower_bound")
+        if lb is None and status == "optimal":
+            lb = objective
+        gap = p.meta.get("gap")
+        if gap is None and lb is not None:
+            gap = max(0.0, (objective - lb) / objective) if objective > 0 else 0.0
+        return p.with_meta(policy=self.name, budget=b, status=status, objective=objective,
+                           objective_unit=self.objective_unit, lower_bound=lb, gap=gap,
+                           peak_bytes=int(peak), compute_cost=compute,
+                           solve_time_s=float(elapsed))
+
+
 def register(name: str) -> Callable:
-    """Class decorator adding a policy to the registry under ``name``."""
+    """Class decorator adding a policy to the registry under ``name`` (its ``name``)."""
 
     def deco(cls):
         _REGISTRY[name] = cls
@@ -41,11 +171,28 @@ def register(name: str) -> Callable:
 
 
 def get(name: str, **options) -> Policy:
-    """Instantiate a registered policy: ``policies.get("checkmate", budget="60%")``."""
-    key = name.lower().replace("-", "_")
-    if key not in _REGISTRY:
+    """Instantiate a registered policy: ``policies.get("checkmate", budget="60%")``.
+
+    Raises:
+      UnknownNameError: no policy of that name (the message lists the registered ones).
+      UnknownNameError: an option the policy does not take (the message lists its options).
+    """
+    cls = _REGISTRY.get(str(name).lower().replace("-", "_"))
+    if cls is None:
         raise UnknownNameError("policy", name, list(_REGISTRY))
-    return _REGISTRY[key](**options)
+    known = option_names(name)
+    bad = sorted(set(options) - set(known))
+    if bad:
+        raise UnknownNameError(f"option of policy {name!r}", bad[0], list(known))
+    return cls(**options)
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The constructor options of a registered policy, e.g. ``("budget", "time_limit", ...)``."""
+    cls = _REGISTRY.get(str(name).lower().replace("-", "_"))
+    if cls is None:
+        raise UnknownNameError("policy", name, list(_REGISTRY))
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 def available() -> list[str]:
@@ -121,3 +268,8 @@ def bisect_min_budget(
         else:
             lo = mid
     return hi
+
+
+__all__ = ["BasePolicy", "Policy", "PolicyContext", "RematError", "STATUSES", "available",
+           "bisect_min_budget", "budget_bytes", "checkpoint_all_plan", "choose_scores", "get",
+           "option_names", "register"]

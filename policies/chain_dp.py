@@ -9,13 +9,17 @@ remat's memory model; the recursion, its memory terms and its complexity are doc
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 
-from policies.base import budget_bytes, checkpoint_all_plan, register
+from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import InfeasibleBudgetError, InvalidGraphError, SolverError
+from remat.errors import (
+    InfeasibleBudgetError,
+    InvalidGraphError,
+    NotApplicableError,
+    SolverError,
+)
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
@@ -38,7 +42,7 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], lis
       index of each forward value ``v_j`` and backward node ``B_k``, and the isolated nodes.
 
     Raises:
-      InvalidGraphError: the graph is not such a chain (the message says where it breaks).
+      NotApplicableError: the graph is not such a chain (the message says where it breaks).
     """
     n = graph.n
     preds, succs = graph.preds, graph.succs
@@ -49,14 +53,14 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], lis
     while K > 1 and len(succs[K - 1]) == 1 and succs[K - 1][0] == K:
         K -= 1  # the loss (read once, by the first backward node) belongs to the backward chain
     if K == 0 or K == n:
-        raise InvalidGraphError(f"{graph.name}: no forward chain followed by a backward chain")
+        raise NotApplicableError(f"{graph.name}: no forward chain followed by a backward chain")
     fwd = list(range(K))
     isolated = [v for v in range(K0, n) if not preds[v] and not succs[v]]
     bwd = [v for v in range(K, n) if v not in set(isolated)]
     stray = [v for v in range(K0, n) if not graph.nodes[v].is_backward]
     if stray:
         v = stray[0]
-        raise InvalidGraphError(
+        raise NotApplicableError(
             f"{graph.name}: the forward graph is not a chain (node reads "
             f"{[graph.nodes[u].name for u in preds[v]]}, forward chain ends at node {K - 1})",
             node=graph.nodes[v].name)
@@ -67,16 +71,16 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], lis
         bp = [u for u in ps if u >= K]
         fp = [u for u in ps if u < K]
         if bp != ([bwd[k - 1]] if k else []):
-            raise InvalidGraphError(
+            raise NotApplicableError(
                 f"{graph.name}: backward node reads {[graph.nodes[u].name for u in bp]}, expected only "
                 "the previous backward node (not a chain)", node=graph.nodes[v].name)
         nxt = [bwd[k + 1]] if k + 1 < len(bwd) else []
         if list(succs[v]) not in ([], nxt):
-            raise InvalidGraphError(f"{graph.name}: backward output read out of order (not a chain)",
+            raise NotApplicableError(f"{graph.name}: backward output read out of order (not a chain)",
                                     node=graph.nodes[v].name)
         if fp:
             if len(fp) > 2 or fp[-1] - fp[0] > 1:
-                raise InvalidGraphError(
+                raise NotApplicableError(
                     f"{graph.name}: backward node reads forward values {fp}; ChainDP needs a layer's "
                     "input and/or output only", node=graph.nodes[v].name)
             hi[k], lo[k] = fp[-1], fp[0]
@@ -99,7 +103,7 @@ def ops_to_steps(ops, fwd: list[int], bwd: list[int], isolated: list[int] = ()) 
 
 @register("chain_dp")
 @dataclasses.dataclass(frozen=True)
-class ChainDP:
+class ChainDP(BasePolicy):
     """Optimal persistent checkpointing of a chain (Beaumont et al. 2019, rotor), for remat's
     memory model.
 
@@ -119,7 +123,7 @@ class ChainDP:
     exhaustive search on every uniform-size test chain and the Checkmate MILP; with unequal sizes
     a rare non-persistent schedule can be cheaper.  ``"feasible"`` when sizes were rounded.
 
-    ``plan`` raises :class:`~remat.errors.InvalidGraphError` on a non-chain graph and
+    ``plan`` raises :class:`~remat.errors.NotApplicableError` on a non-chain graph and
     :class:`~remat.errors.InfeasibleBudgetError` (with the DP's exact minimum) on a too-small
     budget.
     """
@@ -128,16 +132,15 @@ class ChainDP:
     max_levels: int | None = None
     mode: str = "auto"
     max_first: int | None = None
-    name: str = dataclasses.field(default="chain_dp", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    shortcut = True
+
+    def check_applicable(self, graph: Graph) -> None:
+        chain_problem(graph)
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        b = budget_bytes
         prob, fwd, bwd, iso = chain_problem(graph)
-        if b is None or b >= graph.no_remat_peak():
-            p = checkpoint_all_plan(graph)
-            return p.with_meta(policy="chain_dp", budget=b, status="optimal",
-                               solve_time_s=time.perf_counter() - t0)
         iso_peak = int(graph.sizes[iso].max()) if iso else 0
         fast = _use_fast(prob, self.mode)
         kw = dict(max_levels=self.max_levels, mode=self.mode, max_first=self.max_first)
@@ -153,7 +156,7 @@ class ChainDP:
 
         def build(s):
             return plan_from_steps(
-                graph, ops_to_steps(s.ops, fwd, bwd, iso), policy="chain_dp", budget=b,
+                graph, ops_to_steps(s.ops, fwd, bwd, iso),
                 status="optimal" if s.exact else "feasible", dp_cost=s.cost,
                 min_budget=max(s.min_budget, iso_peak), dp_unit=s.unit, exact=s.exact,
                 dp_mode="fast" if fast else "exact",
@@ -181,4 +184,4 @@ class ChainDP:
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
-        return plan.with_meta(solve_time_s=time.perf_counter() - t0)
+        return plan

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from policies.base import budget_bytes, checkpoint_all_plan, register
+from policies.base import BasePolicy, PolicyContext, register
 from remat.errors import RematError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -32,7 +32,7 @@ from solvers.checkmate import (
 
 @register("checkmate")
 @dataclasses.dataclass(frozen=True)
-class Checkmate:
+class Checkmate(BasePolicy):
     """Optimal (MILP) or approximate (LP + rounding) rematerialization under a memory budget.
 
     Args:
@@ -63,19 +63,17 @@ class Checkmate:
     relax: str | None = None
     solver: str = "highs"
     warm_start: bool = True
-    name: str = dataclasses.field(default="checkmate", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    shortcut = True
+
+    def check_applicable(self, graph: Graph) -> None:
         if self.relax not in (None, "lp"):
             raise RematError(f"relax must be None or 'lp', got {self.relax!r}")
-        if b is None or b >= graph.no_remat_peak():
-            p = checkpoint_all_plan(graph)
-            cost = float(graph.costs.sum())
-            return p.with_meta(policy=self.name, budget=b, status="optimal", gap=0.0,
-                               objective=cost, lower_bound=cost, peak_bytes=graph.no_remat_peak(),
-                               solve_time_s=time.perf_counter() - t0, method="checkpoint_all")
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        t0 = time.perf_counter()
+        b = budget_bytes
+        time_limit = ctx.time_left(self.time_limit)
         problem = CheckmateProblem.from_graph(graph, b)
         if self.relax == "lp":
 
@@ -83,13 +81,13 @@ class Checkmate:
                 w, _ = self._warm_start(graph, problem)
                 return None if isinstance(w, str) else w
 
-            left = max(1.0, self.time_limit - (time.perf_counter() - t0))
+            left = max(1.0, time_limit - (time.perf_counter() - t0))
             sol = solve_checkmate_lp(problem, time_limit=left, threads=self.threads,
                                      fallback=fallback if self.warm_start else None)
         else:
             warm, source = self._warm_start(graph, problem) if self.warm_start else (None, None)
             warm_s = time.perf_counter() - t0
-            left = max(1.0, self.time_limit - warm_s)  # warm start counts
+            left = max(1.0, time_limit - warm_s)  # warm start counts
             sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                   threads=self.threads, backend=self.solver, warm_start=warm)
         meta = dict(sol.meta)
@@ -97,10 +95,8 @@ class Checkmate:
             meta["warm_start_time_s"] = warm_s
             if meta.get("warm_start") == "given":
                 meta["warm_start"] = source
-        meta.update(policy=self.name, budget=b, status=sol.status, gap=sol.gap,
-                    objective=sol.objective, lower_bound=sol.lower_bound,
-                    peak_bytes=sol.peak_bytes, solve_time_s=time.perf_counter() - t0,
-                    solver_time_s=sol.solve_time_s, build_time_s=sol.build_time_s,
+        meta.update(status=sol.status, gap=sol.gap, objective=sol.objective,
+                    lower_bound=sol.lower_bound, solver_time_s=sol.solve_time_s, build_time_s=sol.build_time_s,
                     node_count=sol.node_count)
         return Plan(R=sol.R, S=sol.S, meta=meta)
 
@@ -114,12 +110,10 @@ class Checkmate:
             cands.append((h[4], h[1], h[2], h[0]))
         import policies
 
-        for name in ("chain_dp", "chaindp", "sqrt_n", "sqrtn"):
-            if name not in policies.available():
-                continue
+        for name in ("chain_dp", "sqrtn"):
             try:
                 other = policies.get(name).plan(graph, budget=b)
-            except Exception:  # noqa: BLE001 - a best-effort warm start; any failure just skips it
+            except RematError:  # a best-effort warm start: not a chain, or nothing fits
                 continue
             if other.paging or other.R.shape[1] != graph.n:
                 continue

@@ -27,7 +27,7 @@ from remat.plan import Plan
 
 
 def plan_from_steps(
-    graph: Graph, steps: Sequence[Iterable[int]], *, policy: str, **meta: Any
+    graph: Graph, steps: Sequence[Iterable[int]], *, policy: str = "custom", **meta: Any
 ) -> Plan:
     """Build a plan from per-step compute lists with liveness-based retention.
 

@@ -35,14 +35,12 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import time
 
-from policies.base import bisect_min_budget, budget_bytes, choose_scores, register
+from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
+from remat.errors import BudgetFormatError, InfeasibleBudgetError
 from remat.graph import Graph
 from remat.plan import Plan
-from remat.schedule import replay
 
 SCORES = ("dtr", "belady", "size")
 
@@ -151,7 +149,7 @@ def _cost(graph: Graph, steps: list[list[int]]) -> float:
 
 @register("greedy_remat")
 @dataclasses.dataclass(frozen=True)
-class GreedyRemat:
+class GreedyRemat(BasePolicy):
     """DTR-style greedy eviction with recompute-on-demand, for any DAG.
 
     Args:
@@ -166,7 +164,6 @@ class GreedyRemat:
     budget: int | str | None = None
     score: str = "auto"
     search_rtol: float = 1e-3
-    name: str = dataclasses.field(default="greedy_remat", init=False)
 
     def _scores(self) -> tuple[str, ...]:
         return choose_scores(self.score, SCORES, "GreedyRemat")
@@ -190,9 +187,8 @@ class GreedyRemat:
         return bisect_min_budget(graph, lambda b: self._best(graph, b) is not None,
                                  rtol=self.search_rtol, name="greedy_remat")
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        b = budget_bytes
         if b is None:
             b = graph.no_remat_peak()
         found = self._best(graph, int(b))
@@ -202,9 +198,4 @@ class GreedyRemat:
                 b, mf, "greedy_remat heuristic's own minimum (bisection), not a proven bound"
             )
         steps, sc = found
-        p = plan_from_steps(graph, steps, policy="greedy_remat", budget=b, status="heuristic",
-                            score=sc)
-        peak = replay(graph, p).peak_bytes
-        if peak > b:
-            raise SolverError(f"greedy_remat: replayed peak {peak} exceeds budget {b}")
-        return p.with_meta(solve_time_s=time.perf_counter() - t0, peak_bytes=int(peak))
+        return plan_from_steps(graph, steps, status="heuristic", score=sc)

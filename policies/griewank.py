@@ -4,7 +4,7 @@ Griewank 1992, "Achieving logarithmic growth of temporal and spatial complexity 
 automatic differentiation"; Griewank & Walther 2000 (revolve).  The schedule and the count
 ``t(l, c) = r l - β(c+1, r-1)`` come from :mod:`solvers.revolve`; the chain is recognised by
 :func:`policies.chain_dp.chain_problem` (non-chain graphs raise
-:class:`~remat.errors.InvalidGraphError`).  Revolve counts checkpoint *slots*, not bytes: with a
+:class:`~remat.errors.NotApplicableError`).  Revolve counts checkpoint *slots*, not bytes: with a
 budget, the policy keeps the cheapest slot count whose simulated peak fits.
 """
 
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
-from policies.base import budget_bytes, register
+from policies.base import BasePolicy, PolicyContext, register
 from policies.chain_dp import chain_problem, ops_to_steps
 from policies.from_checkpoints import plan_from_steps
 from remat.errors import InfeasibleBudgetError
@@ -26,7 +25,7 @@ from solvers.revolve import assign_steps, revolve_cost, revolve_evals, revolve_o
 
 @register("griewank")
 @dataclasses.dataclass(frozen=True)
-class Griewank:
+class Griewank(BasePolicy):
     """Revolve / binomial checkpointing on a chain.
 
     Args:
@@ -41,19 +40,20 @@ class Griewank:
 
     slots: int | None = None
     budget: int | str | None = None
-    name: str = dataclasses.field(default="griewank", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    def check_applicable(self, graph: Graph) -> None:
+        chain_problem(graph)
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        b = budget_bytes
         prob, fwd, bwd, iso = chain_problem(graph)
         K = prob.K
         step, tape = assign_steps(prob.bwd_hi, prob.bwd_lo, K)
 
         def make(s: int) -> Plan:
             ops = revolve_ops(step, tape, K, s)
-            return plan_from_steps(graph, ops_to_steps(ops, fwd, bwd, iso), policy="griewank",
-                                   budget=b, status="heuristic", slots=s,
+            return plan_from_steps(graph, ops_to_steps(ops, fwd, bwd, iso),
+                                   status="heuristic", slots=s,
                                    forward_evals=revolve_evals(K, s, tape, step))
 
         if self.slots is not None:
@@ -78,4 +78,4 @@ class Griewank:
             if best is None:
                 raise InfeasibleBudgetError(b, min_peak, "no revolve slot count fits")
             plan = best
-        return plan.with_meta(solve_time_s=time.perf_counter() - t0)
+        return plan

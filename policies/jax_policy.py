@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 
-from policies.base import budget_bytes, register
+from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
 from remat.errors import InfeasibleBudgetError, UnknownNameError
 from remat.graph import Graph
@@ -72,7 +71,7 @@ def saveable_nodes(graph: Graph, which: str) -> frozenset[int]:
 
 @register("jax_policy")
 @dataclasses.dataclass(frozen=True)
-class JaxPolicy:
+class JaxPolicy(BasePolicy):
     """A ``jax.checkpoint_policies`` baseline as a plan.
 
     Args:
@@ -83,15 +82,13 @@ class JaxPolicy:
 
     which: str = "dots_saveable"
     budget: int | str | None = None
-    name: str = dataclasses.field(default="jax_policy", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         keep = saveable_nodes(graph, self.which)
-        plan = plan_from_checkpoints(graph, keep, keep_recomputed=True, policy="jax_policy",
-                                     which=self.which, budget=b, status="heuristic")
+        plan = plan_from_checkpoints(graph, keep, keep_recomputed=True, which=self.which,
+                                     status="heuristic")
         peak = replay(graph, plan).peak_bytes
-        if b is not None and peak > b:
-            raise InfeasibleBudgetError(b, peak, f"jax.checkpoint_policies.{self.which} is fixed")
-        return plan.with_meta(solve_time_s=time.perf_counter() - t0)
+        if budget_bytes is not None and peak > budget_bytes:
+            raise InfeasibleBudgetError(budget_bytes, peak,
+                                        f"jax.checkpoint_policies.{self.which} is fixed")
+        return plan

@@ -44,15 +44,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import time
 
 import numpy as np
 
-from policies.base import bisect_min_budget, budget_bytes, choose_scores, register
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
+from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
+from remat.errors import BudgetFormatError, InfeasibleBudgetError
 from remat.graph import Graph
 from remat.plan import Plan
-from remat.schedule import replay
 
 SCORES = ("belady", "dtr", "size")  # "auto" tries them in this order
 
@@ -237,7 +235,7 @@ def _plan(graph: Graph, events, before, **meta) -> Plan:
 
 @register("pebbling")
 @dataclasses.dataclass(frozen=True)
-class Pebbling:
+class Pebbling(BasePolicy):
     """Budget-bounded pebbling heuristic (module docstring): frontier-form plans for any DAG.
 
     Args:
@@ -257,7 +255,6 @@ class Pebbling:
     search_rtol: float = 1e-3
     frontier: bool = False
     search_time_s: float | None = None
-    name: str = dataclasses.field(default="pebbling", init=False)
 
     def _scores(self) -> tuple[str, ...]:
         return choose_scores(self.score, SCORES, "Pebbling")
@@ -289,9 +286,8 @@ class Pebbling:
             rtol=self.search_rtol, name="pebbling", failed_at=failed_at,
             time_s=self.search_time_s)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        b = budget_bytes
         if b is None:
             b = graph.no_remat_peak()
         found = self._best(graph, int(b))
@@ -301,9 +297,4 @@ class Pebbling:
                 "pebbling heuristic's own minimum (bisection), not a proven bound",
             )
         _, (events, before, _), sc = found
-        p = _plan(graph, events, before, policy="pebbling", budget=b, status="heuristic",
-                  score=sc)
-        peak = replay(graph, p).peak_bytes
-        if peak > b:
-            raise SolverError(f"pebbling: replayed peak {peak} exceeds budget {b}")
-        return p.with_meta(solve_time_s=time.perf_counter() - t0, peak_bytes=int(peak))
+        return _plan(graph, events, before, status="heuristic", score=sc)

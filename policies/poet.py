@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.base import budget_bytes, checkpoint_all_plan, register
+from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
 from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -58,7 +58,7 @@ def device_costs(graph: Graph, device, cost_model: str | None = None) -> dict[st
 
 @register("poet")
 @dataclasses.dataclass(frozen=True)
-class Poet:
+class Poet(BasePolicy):
     """POET's MILP as a policy (``policies.get("poet", device="cortex-a72", budget="50%")``).
 
     Attributes:
@@ -93,12 +93,13 @@ class Poet:
     eps: float = 1e-5
     threads: int | None = None
     cost_model: str | None = None
-    name: str = dataclasses.field(default="poet", init=False)
+
+    objective_unit = "J"
 
     # ------------------------------------------------------------------ helpers
     def problem(self, graph: Graph, budget: int | str | None = None) -> PoetProblem:
         """The :class:`~solvers.poet.PoetProblem` this policy solves for ``graph``."""
-        b = budget_bytes(graph, budget, self.budget)
+        b = self.resolve(graph, budget)
         if b is None:
             b = graph.no_remat_peak()
         c = device_costs(graph, self.device, self.cost_model)
@@ -133,7 +134,7 @@ class Poet:
         return None if best is None else (best[1], best[2])
 
     # --------------------------------------------------------------------- plan
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         """Solve POET for ``graph``; returns a :class:`remat.Plan` with ``R``, ``S``, ``S_aux``,
         ``page_in`` and ``page_out``.
 
@@ -148,12 +149,13 @@ class Poet:
           SolverTimeoutError: the time limit hit with no schedule found.
         """
         t0 = time.perf_counter()
-        prob = self.problem(graph, budget)
+        time_limit = ctx.time_left(self.time_limit)
+        prob = self.problem(graph, budget_bytes)
         base_e = float(prob.compute_energy.sum())
         base_t = float(prob.compute_time.sum())
         dev = self.device if isinstance(self.device, str) or self.device is None else getattr(
             self.device, "name", str(self.device))
-        common = {"policy": self.name, "budget": prob.budget, "device": dev,
+        common = {"device": dev,
                   "deadline_s": prob.deadline, "baseline_energy_j": base_e,
                   "baseline_time_s": base_t, "paging": self.paging, "remat": self.remat}
         fits_all = prob.budget >= graph.no_remat_peak()
@@ -163,8 +165,7 @@ class Poet:
             p = checkpoint_all_plan(graph)
             z = np.zeros_like(p.R)
             return dataclasses.replace(p, page_in=z, page_out=z, S_aux=z).with_meta(
-                **common, status="optimal", gap=0.0, solve_time_s=time.perf_counter() - t0,
-                build_time_s=0.0, energy_j=base_e, objective=base_e, compute_energy_j=base_e,
+                **common, status="optimal", gap=0.0, build_time_s=0.0, lower_bound=base_e, energy_j=base_e, objective=base_e, compute_energy_j=base_e,
                 page_in_energy_j=0.0, page_out_energy_j=0.0, lower_bound_j=base_e,
                 runtime_s=base_t, bytes_paged=0, method="checkpoint_all")
         if prob.deadline is not None and prob.deadline < base_t * (1 - 1e-12):
@@ -182,36 +183,31 @@ class Poet:
         else:
             warm = self._warm(prob) if self.warm_start else None
         try:
-            sol = solve_poet(prob, time_limit=self.time_limit, mip_gap=self.mip_gap,
+            sol = solve_poet(prob, time_limit=time_limit, mip_gap=self.mip_gap,
                              threads=self.threads, warm_start=warm)
         except SolverTimeoutError as e:
             raise SolverTimeoutError(f"POET: {e}", bound=None if e.bound is None else
                                      e.bound * base_e) from None
         if sol.status == "infeasible":
-            mf, exact = self._min_feasible(graph, prob)
+            mf, exact = self._min_feasible(graph, prob, time_limit)
             raise InfeasibleBudgetError(
                 prob.budget, mf, ("" if prob.deadline is None else "under the deadline; ")
                 + ("exact" if exact else "min_feasible_bytes is an upper estimate"))
         plan = _to_plan(sol)
-        plan.validate(graph)
-        from remat.schedule import replay
-
-        peak = replay(graph, plan).peak_bytes
-        if peak > prob.budget:
-            raise SolverError(f"POET schedule has peak {peak} > budget {prob.budget}")
         paged = int(plan.page_in.sum(0) @ graph.sizes + plan.page_out.sum(0) @ graph.sizes)
         return plan.with_meta(
-            **common, status=sol.status, gap=sol.gap, solve_time_s=sol.solve_time_s,
-            build_time_s=sol.build_time_s, energy_j=sol.energy_j, objective=sol.energy_j,
+            **common, status=sol.status, gap=sol.gap, solver_time_s=sol.solve_time_s,
+            build_time_s=sol.build_time_s, lower_bound=sol.bound_j, energy_j=sol.energy_j, objective=sol.energy_j,
             compute_energy_j=sol.compute_energy_j, page_in_energy_j=sol.page_in_energy_j,
             page_out_energy_j=sol.page_out_energy_j, lower_bound_j=sol.bound_j,
-            runtime_s=sol.runtime_s, bytes_paged=paged, peak_bytes=peak, method="milp",
+            runtime_s=sol.runtime_s, bytes_paged=paged, method="milp",
             warm_start=None if warm is None else (float(schedule_costs(
                 prob, warm[0], *(warm[2:] if len(warm) > 2 else (np.zeros_like(warm[0]),) * 2)
             )["energy_j"]) if sol.warm_started else "rejected"),
             wall_s=time.perf_counter() - t0)
 
-    def _min_feasible(self, graph: Graph, prob: PoetProblem) -> tuple[int, bool]:
+    def _min_feasible(self, graph: Graph, prob: PoetProblem,
+                      time_limit: float) -> tuple[int, bool]:
         """Smallest budget with a POET schedule (meeting the deadline), by bisection on MILP
         feasibility between the frontier lower bound and the checkpoint-all peak, to within 1/256
         of that range.  ``exact`` is False when a feasibility solve timed out or the bracket is
@@ -221,7 +217,7 @@ class Poet:
         feas_prob = dataclasses.replace(prob, compute_energy=z + 0.0, page_in_energy=z,
                                         page_out_energy=z, eps=0.0)
         exact = True
-        per = max(1.0, self.time_limit / 8)
+        per = max(1.0, time_limit / 8)
         tol = max(1, (hi - lo) // 256)  # at most ~8 feasibility solves
         while hi - lo > tol:
             mid = (lo + hi) // 2

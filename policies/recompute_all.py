@@ -9,9 +9,8 @@ cost ``O(n²)`` forward evaluations on a chain).
 from __future__ import annotations
 
 import dataclasses
-import time
 
-from policies.base import budget_bytes, register
+from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
 from remat.errors import InfeasibleBudgetError
 from remat.graph import Graph
@@ -21,7 +20,7 @@ from remat.schedule import replay
 
 @register("recompute_all")
 @dataclasses.dataclass(frozen=True)
-class RecomputeAll:
+class RecomputeAll(BasePolicy):
     """Recompute each backward node's forward inputs from scratch right before it runs.
 
     Args:
@@ -30,14 +29,11 @@ class RecomputeAll:
     """
 
     budget: int | str | None = None
-    name: str = dataclasses.field(default="recompute_all", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
-        b = budget_bytes(graph, budget, self.budget)
-        plan = plan_from_checkpoints(graph, (), keep_recomputed=False, policy="recompute_all",
-                                     budget=b, status="heuristic")
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        plan = plan_from_checkpoints(graph, (), keep_recomputed=False, status="heuristic")
         peak = replay(graph, plan).peak_bytes
-        if b is not None and peak > b:
-            raise InfeasibleBudgetError(b, peak, "recompute-all is this policy's smallest peak")
-        return plan.with_meta(solve_time_s=time.perf_counter() - t0)
+        if budget_bytes is not None and peak > budget_bytes:
+            raise InfeasibleBudgetError(budget_bytes, peak,
+                                        "recompute-all is this policy's smallest peak")
+        return plan

@@ -25,7 +25,7 @@ import itertools
 
 import numpy as np
 
-from policies.base import BasePolicy, checkpoint_all_plan, register
+from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
 from remat.errors import InfeasibleBudgetError, NotApplicableError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -97,7 +97,11 @@ class ScanLayers(BasePolicy):
             raise NotApplicableError(f"{graph.name}: no lax.scan to plan (extract with the "
                                      "default scans='compact')")
 
-    def solve(self, graph: Graph, budget_bytes: int | None, ctx) -> Plan:
+    def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
+        """The graph with each scan node's bytes and FLOPs under the plan's scan decisions."""
+        return adjusted_graph(graph, plan.meta.get("scans", ()))
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         bodies = graph.program.scans
         fronts, exact = [], True
         for body in bodies:

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import numpy as np
 
-from policies.base import budget_bytes, register
+from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
 from remat.errors import BudgetFormatError, InfeasibleBudgetError
 from remat.graph import Graph
@@ -72,7 +71,7 @@ def greedy_checkpoints(graph: Graph, candidates: list[int], b: float) -> list[in
 
 @register("sqrtn")
 @dataclasses.dataclass(frozen=True)
-class SqrtN:
+class SqrtN(BasePolicy):
     """Chen et al. 2016 checkpointing on articulation points.
 
     Args:
@@ -87,19 +86,17 @@ class SqrtN:
     budget: int | str | None = None
     mode: str = "sqrtn"
     max_trials: int = 64
-    name: str = dataclasses.field(default="sqrtn", init=False)
 
-    def plan(self, graph: Graph, budget: int | str | None = None) -> Plan:
-        t0 = time.perf_counter()
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         if self.mode not in ("sqrtn", "greedy"):
             raise BudgetFormatError(f"SqrtN mode must be 'sqrtn' or 'greedy', got {self.mode!r}")
-        b = budget_bytes(graph, budget, self.budget)
+        b = budget_bytes
         cand = articulation_points(graph)
         n_fwd = len(graph.forward_nodes)
 
         def make(ckpts, **meta) -> tuple[Plan, int, float]:
-            p = plan_from_checkpoints(graph, ckpts, keep_recomputed=True, policy="sqrtn",
-                                      mode=self.mode, budget=b, status="heuristic", **meta)
+            p = plan_from_checkpoints(graph, ckpts, keep_recomputed=True, mode=self.mode,
+                                      status="heuristic", **meta)
             return p, replay(graph, p).peak_bytes, float(p.compute_counts() @ graph.costs)
 
         if self.mode == "sqrtn":
@@ -126,4 +123,4 @@ class SqrtN:
             best = min(fits, key=lambda t: (t[1], t[2]))
         else:
             best = min(fits, key=lambda t: (t[2], t[1]))
-        return best[0].with_meta(solve_time_s=time.perf_counter() - t0)
+        return best[0]

@@ -36,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat.context import PolicyContext
 from remat.errors import ExtractionError, InvalidPlanError, RematError
 from remat.frontend import Lit, bind
 from remat.segments import Segment, plan_segments, walk
@@ -80,11 +81,8 @@ def resolve_policy(policy: Any, budget: Any = None):
     if isinstance(policy, str):
         import policies
 
-        opts = {} if budget is None else {"budget": budget}
-        try:
-            return policies.get(policy, **opts)
-        except TypeError:  # a policy without a budget option
-            return policies.get(policy)
+        takes_budget = budget is not None and "budget" in policies.option_names(policy)
+        return policies.get(policy, **({"budget": budget} if takes_budget else {}))
     if hasattr(policy, "plan") and callable(policy.plan):
         return policy
     raise RematError(
@@ -93,8 +91,46 @@ def resolve_policy(policy: Any, budget: Any = None):
     )
 
 
-def _make_plan(pol, graph, budget):
-    return pol.plan(graph, budget=budget) if budget is not None else pol.plan(graph)
+def _make_plan(pol, graph, budget, ctx=None):
+    """``pol.plan(graph, budget)``, handing ``ctx`` to policies of the contract
+    (:class:`policies.base.BasePolicy`); other objects with a ``plan`` method get the graph and
+    budget only."""
+    from policies.base import BasePolicy
+
+    kw = {} if budget is None else {"budget": budget}
+    if ctx is not None and isinstance(pol, BasePolicy):
+        kw["ctx"] = ctx
+    return pol.plan(graph, **kw)
+
+
+def planning_context(fn: Callable, args: Sequence[Any], graph: Any, *,
+                     argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                     stages: Any = "auto", time_limit: float | None = None) -> PolicyContext:
+    """The :class:`~remat.context.PolicyContext` for planning ``fn`` at ``args``: its
+    ``graph_at(k)`` re-extracts ``fn`` at ``1/k`` of the batch (cached), so a policy may choose
+    ``Plan.microbatches``.
+
+    Raises (from ``graph_at``):
+      MicrobatchError: ``k`` does not divide the batch, or ``fn`` has no batch to split.
+    """
+    from remat.errors import MicrobatchError
+    from remat.extraction import extract
+    from remat.microbatch import microbatch_args
+
+    cache = {1: graph}
+    B = graph.meta.get("batch_size")
+
+    def graph_at(k: int):
+        k = int(k)
+        if k not in cache:
+            if not B or B % k:
+                raise MicrobatchError(f"{k} micro-batches do not divide the batch size {B}")
+            cache[k] = extract(fn, *microbatch_args(tuple(args), argnums, k), stages=stages,
+                               argnums=argnums, has_aux=has_aux)
+        return cache[k]
+
+    return PolicyContext(time_limit=time_limit, graph_at=graph_at, batch_size=B,
+                         batch_coupled=bool(graph.meta.get("batch_coupled", False)))
 
 
 # --------------------------------------------------------------------------- the interpreter
@@ -348,6 +384,7 @@ def apply_plan(
     graph: Any = None,
     plan: Any = None,
     warn: bool = True,
+    choose_microbatches: bool = True,
 ) -> Applied:
     """Extract, plan and build the rematerialized version of ``fn`` at ``args``' shapes.
 
@@ -358,6 +395,9 @@ def apply_plan(
       graph, plan: reuse an already extracted graph / made plan (``plan`` needs ``graph``,
         extracted from ``fn`` with the same ``has_aux``).
       warn: emit a :class:`RematFidelityWarning` when the realisation is not exact.
+      choose_microbatches: let the policy choose ``Plan.microbatches`` (through
+        ``ctx.graph_at``); a plan of ``k`` micro-batches is then applied to the graph at
+        ``1/k`` of the batch, and the caller accumulates ``k`` micro-batches.
     """
     t0 = time.perf_counter()
     abstract = _abstract(tuple(args))
@@ -369,7 +409,16 @@ def apply_plan(
 
         graph = extract(fn, *abstract, stages=stages, argnums=argnums, has_aux=has_aux)
     if plan is None:
-        plan = _make_plan(pol, graph, budget)
+        ctx = None
+        if choose_microbatches:
+            ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
+                                   stages=stages)
+        plan = _make_plan(pol, graph, budget, ctx)
+        if plan.microbatches > 1:  # the policy chose micro-batches: its columns are graph_at(k)
+            from remat.microbatch import microbatch_args
+
+            graph = ctx.graph_at(plan.microbatches)
+            abstract = _abstract(microbatch_args(abstract, argnums, plan.microbatches))
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
     prog = graph.program
@@ -462,7 +511,7 @@ class _Transform:
             with eval_context():
                 hit = apply_plan(
                     self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
-                    has_aux=self.has_aux, stages=self.stages,
+                    has_aux=self.has_aux, stages=self.stages, choose_microbatches=k == 1,
                 )
             if k > 1 and hit.plan is not None:
                 hit = dataclasses.replace(hit, plan=dataclasses.replace(hit.plan, microbatches=k))
@@ -477,11 +526,12 @@ class _Transform:
         if self.mode == "checkpoint":
             return app.fn(*args)
         vg = jax.value_and_grad(app.fn, argnums=self.argnums, has_aux=self.has_aux)
-        if self.microbatches > 1:
+        k = app.plan.microbatches if app.plan is not None else self.microbatches
+        if k > 1:
             from remat.microbatch import accumulate
 
             out = accumulate(
-                vg, args, self.argnums, self.microbatches, reduction=self.reduction,
+                vg, args, self.argnums, k, reduction=self.reduction,
                 has_aux=self.has_aux, aux_mode=self.microbatch_aux,
             )
         else:

@@ -78,6 +78,21 @@ class SolverError(RematError, RuntimeError):
     """A solver failed for a reason other than infeasibility or a time-out."""
 
 
+class NotApplicableError(RematError, ValueError):
+    """A policy does not apply to this graph (a chain policy on a DAG, a scan planner on a graph
+    without scans).  Not a malformed graph: another policy may plan it.
+
+    Attributes:
+      policy: the policy's registered name, when known.
+    """
+
+    def __init__(self, message: str, *, policy: str | None = None, node: Any = None):
+        self.policy = policy
+        self.node = node
+        text = message if node is None else f"{message} (node {node!r})"
+        super().__init__(text if policy is None else f"{policy}: {text}")
+
+
 class UnsupportedPrimitiveError(RematError, NotImplementedError):
     """Extraction met a JAX primitive it cannot model.
 

@@ -27,10 +27,13 @@ def test_extracted_chain_mlp_checkpoint_all_peak_equals_hand_count(depth, width,
 
     Forward stage i keeps h_i = tanh(h_{i-1} W_i): the next layer reads it, its own backward
     reads it (tanh' = 1 - h_i^2) and the next layer's backward reads it (dW_{i+1} = h_i^T g).
-    At the first layer backward (the last layer's) the resident values are h_1..h_L (L*a), the
-    incoming gradient g_L (a), and the stage writes g_{L-1} (a) and dW_L (w): (L + 2)*a + w.
-    No other step holds more: later layers hold fewer h's; the loss steps hold at most
-    h_1..h_L plus two activation-sized values.
+    A backward stage's output is (g_{i-1}, dW_i), one value of a + w bytes, live until the next
+    backward stage has read it.  At the first layer backward (the last layer's) the resident
+    values are h_1..h_L (L*a), the incoming gradient g_L (a), and the stage writes g_{L-1} and
+    dW_L (a + w): (L + 2)*a + w.  At the second (layer L-1's) h_L is gone: h_1..h_{L-1}
+    ((L-1)*a), the previous stage's (g_{L-1}, dW_L) (a + w) and its own (a + w):
+    (L + 1)*a + 2*w, larger when w > a.  No other step holds more: later layers hold fewer h's;
+    the loss steps hold at most h_1..h_L plus two activation-sized values.
     """
     model = TanhMLP(depth, width)
     x = jax.random.normal(jax.random.PRNGKey(0), (batch, width))
@@ -43,7 +46,7 @@ def test_extracted_chain_mlp_checkpoint_all_peak_equals_hand_count(depth, width,
     g = remat.extract(loss, params, x, y, stages="module")
     assert len(g.forward_nodes) - len(g.meta.get("loss_nodes", ())) == depth
     a, w = batch * width * 4, width * width * 4
-    expected = (depth + 2) * a + w
+    expected = max((depth + 2) * a + w, (depth + 1) * a + 2 * w)
     assert g.no_remat_peak() == expected
     rep = remat.simulate(g, policies.checkpoint_all_plan(g))
     assert rep.peak_bytes == expected

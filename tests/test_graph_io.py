@@ -276,11 +276,9 @@ def test_bad_graph_order(tmp_path):
 # ------------------------------------------------------------------ through simulate and policies
 def not_applicable_errors() -> tuple[type[BaseException], ...]:
     """The typed errors a policy raises when a graph is outside its scope (e.g. ChainDP given a
-    DAG): ``InvalidGraphError`` (these graphs passed the loader's checks, so a policy raising it
-    means "not my kind of graph") and any remat.errors class named ``*NotApplicable*``."""
-    names = [n for n in dir(errors) if "NotApplicable" in n]
-    types = tuple(getattr(errors, n) for n in names if isinstance(getattr(errors, n), type))
-    return (InvalidGraphError, *types)
+    DAG, a scan planner given a graph without scans): ``NotApplicableError`` only (these graphs
+    passed the loader's checks, so ``InvalidGraphError`` would be a wrong answer)."""
+    return (errors.NotApplicableError,)
 
 
 def _register_all() -> list[str]:

@@ -1,0 +1,53 @@
+"""What a policy may use besides the graph and the budget (:class:`PolicyContext`).
+
+Defined here (numpy-free, JAX-free) so that the JAX side (:mod:`remat.apply`) can hand it to
+any policy without importing :mod:`policies`; :mod:`policies.base` re-exports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyContext:
+    """What a decision may use besides the graph and the budget.
+
+    Attributes:
+      time_limit: wall-clock seconds for the whole ``plan`` call (``None``: the policy's own
+        option, if it has one).  Solvers get what is left: :meth:`time_left`.
+      device: a :mod:`remat.devices` profile or its name (``None``: the graph's own costs).
+      graph_at: ``graph_at(k)`` is the same training graph extracted at ``1/k`` of the batch
+        (``k`` micro-batches, gradients accumulated); ``None`` when the graph cannot be
+        re-extracted (a loaded JSON graph) or the caller fixed the micro-batch count.  A policy
+        returning ``Plan(microbatches=k)`` plans the columns of ``graph_at(k)``, and
+        ``remat.value_and_grad`` then runs ``k`` micro-batches.
+      batch_size: the batch size the graph was extracted at, when known.
+      batch_coupled: samples of a batch interact in the forward pass (BatchNorm statistics),
+        so micro-batching changes the math, not only the memory.
+      started: ``time.perf_counter()`` when planning began.
+    """
+
+    time_limit: float | None = None
+    device: Any = None
+    graph_at: Callable[[int], Any] | None = None
+    batch_size: int | None = None
+    batch_coupled: bool = False
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def time_left(self, default: float | None = None) -> float | None:
+        """Seconds left of ``time_limit`` (or of ``default``), at least 0.1; ``None``: no limit."""
+        limit = self.time_limit if self.time_limit is not None else default
+        if limit is None:
+            return None
+        return max(0.1, float(limit) - (time.perf_counter() - self.started))
+
+    def microbatch_counts(self) -> list[int]:
+        """The micro-batch counts ``k > 1`` that divide the batch (empty when unknown or when
+        ``graph_at`` is unavailable)."""
+        if self.graph_at is None or not self.batch_size:
+            return []
+        return [k for k in range(2, self.batch_size + 1) if self.batch_size % k == 0]
