@@ -527,15 +527,10 @@ class _Transform:
             return app.fn(*args)
         vg = jax.value_and_grad(app.fn, argnums=self.argnums, has_aux=self.has_aux)
         k = app.plan.microbatches if app.plan is not None else self.microbatches
-        if k > 1:
-            from remat.microbatch import accumulate
+        from remat.microbatch import microbatch
 
-            out = accumulate(
-                vg, args, self.argnums, k, reduction=self.reduction,
-                has_aux=self.has_aux, aux_mode=self.microbatch_aux,
-            )
-        else:
-            out = vg(*args)
+        out = microbatch(vg, k, argnums=self.argnums, reduction=self.reduction,
+                         has_aux=self.has_aux, aux_mode=self.microbatch_aux)(*args)
         return out[1] if self.mode == "grad" else out
 
 

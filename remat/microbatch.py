@@ -2,6 +2,10 @@
 
 Two runners share one splitting rule (:func:`split_args`):
 
+* :func:`microbatch` — the composable transform (as ``optax.microbatching``): wraps any
+  ``value_and_grad``-like function ``vg(*args) -> (value, grads)`` into one that splits the
+  batch into ``k`` micro-batches and accumulates, ``microbatch(jax.value_and_grad(f), 4)``;
+  :func:`accumulate` is its one-call form;
 * :func:`accumulate` — inside ``jax.jit``: ``lax.scan`` over the micro-batches of a
   ``value_and_grad`` function (used by ``remat.value_and_grad(..., microbatches=k)``);
 * :func:`execute` — op by op: run a plan's schedule with
@@ -37,6 +41,7 @@ from remat.frontend import is_key as _is_key
 
 __all__ = [
     "MicrobatchError",
+    "microbatch",
     "batch_size",
     "split_args",
     "microbatch_args",
@@ -119,6 +124,47 @@ def microbatch_args(args: Sequence[Any], argnums: int | Sequence[int], k: int) -
         return jax.ShapeDtypeStruct(shape, dt)
 
     return tuple(jax.tree_util.tree_map(lambda x, j=j: shrink(x, j), a) for j, a in enumerate(args))
+
+
+def microbatch(
+    vg: Callable,
+    microbatches: int,
+    *,
+    argnums: int | Sequence[int] = 0,
+    reduction: str = "mean",
+    has_aux: bool = False,
+    aux_mode: str = "stack",
+) -> Callable:
+    """Gradient accumulation as a transform of a ``value_and_grad``-like function.
+
+    Args:
+      vg: ``vg(*args) -> (value, grads)`` (``((value, aux), grads)`` with ``has_aux``), e.g.
+        ``jax.value_and_grad(loss)`` or ``remat.value_and_grad(loss, policy)``.
+      microbatches: ``k``, the number of equal parts the batch is split into along axis 0 (the
+        non-differentiated arguments' batch leaves, :func:`split_args`).
+      argnums: the differentiated arguments (never split), as given to ``vg``'s maker.
+      reduction: ``"mean"`` (the loss is a batch mean: value and grads are averaged over the
+        micro-batches) or ``"sum"``.
+      has_aux, aux_mode: ``vg`` returns an aux; ``"stack"`` it over micro-batches (leading axis
+        ``k``) or keep the ``"last"`` one (BatchNorm-style state).
+
+    Returns:
+      A function of the full-batch arguments returning what ``vg`` returns, reduced over the
+      ``k`` micro-batches with one ``lax.scan`` (jit-able; peak memory is one micro-batch's plus
+      the gradient accumulator).  ``k == 1`` returns ``vg`` itself.
+    """
+    if int(microbatches) != microbatches or microbatches < 1:
+        raise MicrobatchError(f"microbatches must be a positive integer, got {microbatches!r}")
+    if reduction not in ("mean", "sum"):
+        raise MicrobatchError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if int(microbatches) == 1:
+        return vg
+
+    def run(*args):
+        return accumulate(vg, args, argnums, int(microbatches), reduction=reduction,
+                          has_aux=has_aux, aux_mode=aux_mode)
+
+    return run
 
 
 def accumulate(

@@ -81,3 +81,19 @@ def test_executor_microbatches_with_a_plan():
     for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     assert st.peak_bytes <= remat.simulate(graph, plan).peak_bytes * 1.05 + 4096
+
+
+def test_microbatch_transform_composes_with_any_value_and_grad():
+    """``remat.microbatch.microbatch`` wraps jax's and remat's value_and_grad alike."""
+    params, batch = setup(batch=64)
+    ref_v, ref_g = jax.jit(jax.value_and_grad(mlp_loss))(params, batch)
+    for vg in (jax.value_and_grad(mlp_loss), remat.value_and_grad(mlp_loss, "sqrtn")):
+        v, g = jax.jit(microbatch.microbatch(vg, 4))(params, batch)
+        np.testing.assert_allclose(v, ref_v, rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert microbatch.microbatch(jax.value_and_grad(mlp_loss), 1) is not None
+    with pytest.raises(MicrobatchError):
+        microbatch.microbatch(jax.value_and_grad(mlp_loss), 0)
+    with pytest.raises(MicrobatchError):
+        microbatch.microbatch(jax.value_and_grad(mlp_loss), 2, reduction="max")
