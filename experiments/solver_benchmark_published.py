@@ -1,5 +1,8 @@
 """Solver benchmark on the published Checkmate graphs and Moccasin's random layered DAGs.
 
+Length: a benchmark script, kept whole so that one file shows every method, the consistency
+checks of its results and the table it writes.
+
 For every graph in ``../shared/benchmarks/checkmate-graphs`` and every budget multiplier ``m``
 (default 0.9, 0.8, 0.7, 0.6), the budget is the peers' rule ``ceil(m * no_remat_peak)`` bytes
 (:meth:`remat.Graph.no_remat_peak`; Moccasin ``main.py``), and three methods run:

@@ -6,6 +6,9 @@ and every tensor a paging time and energy (:meth:`page_in_cost`, :meth:`page_out
 objective ``sum R*Phi_compute + M_in*Phi_pagein + M_out*Phi_pageout`` under a runtime budget
 on ``Psi``) and the simulator consume.
 
+Length: one module holds the profile dataclass, its three cost models and the table of named
+profiles (with each constant's source), so that a profile is read in one place.
+
 Models (all vectorised over numpy arrays):
 
 * compute, ``model="roofline"`` (default): ``time = max(flops / flops_per_s,
