@@ -108,12 +108,9 @@ def min_step_bytes(graph) -> int:
     No schedule under the replay model can run node ``v`` with less resident memory, so a
     budget below this is provably infeasible (Moccasin ``util.max_degree_ram``).
     """
-    sizes = graph.sizes
-    need = sizes.copy()
-    e = graph.edge_array
-    if len(e):
-        np.add.at(need, e[:, 1], sizes[e[:, 0]])
-    return int(need.max()) if graph.n else 0
+    from solvers.bounds import frontier_lower_bound
+
+    return frontier_lower_bound(graph.sizes, graph.edge_array)
 
 
 def measure_plan(graph, plan, budget: int) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from remat.errors import (
 )
 from remat.graph import Graph
 from remat.plan import Plan
+from solvers.bounds import frontier_lower_bound
 
 _REGISTRY: dict[str, type] = {}
 
@@ -250,9 +251,7 @@ def bisect_min_budget(
     Raises:
       SolverError: ``fits`` rejects the no-remat peak (where nothing needs recomputing).
     """
-    sizes = graph.sizes
-    lo = max((int(sizes[v] + sizes[list(graph.preds[v])].sum()) for v in range(graph.n)),
-             default=0) - 1
+    lo = frontier_lower_bound(graph.sizes, graph.edge_array) - 1
     if failed_at is not None:
         lo = max(lo, int(failed_at))
     hi = graph.no_remat_peak()

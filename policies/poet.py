@@ -236,11 +236,9 @@ class Poet(BasePolicy):
 
 def _frontier_lower_bound(graph: Graph) -> int:
     """``max_t (M_t + sum_{p in preds(t)} M_p)`` bytes: live while node t runs, any schedule."""
-    lb = graph.sizes.copy()
-    e = graph.edge_array
-    if len(e):
-        np.add.at(lb, e[:, 1], graph.sizes[e[:, 0]])
-    return int(lb.max(initial=0))
+    from solvers.bounds import frontier_lower_bound
+
+    return frontier_lower_bound(graph.sizes, graph.edge_array)
 
 
 def _to_plan(sol: PoetSolution) -> Plan:

@@ -29,6 +29,16 @@ import dataclasses
 import numpy as np
 
 from remat.errors import InvalidPlanError
+from solvers.checkmate import (
+    CheckmateProblem,
+    CheckmateVars,
+    CoreContext,
+    CoreExtension,
+    Formulation,
+    add_checkmate_core,
+    checkmate_vector,
+)
+from solvers.milp import INF, MilpModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +209,7 @@ class PoetVars:
       energy_unit: joules per objective unit; time_unit: seconds per deadline-row unit.
     """
 
-    core: object
+    core: CheckmateVars
     S_aux: np.ndarray
     M_in: np.ndarray
     M_out: np.ndarray
@@ -208,116 +218,128 @@ class PoetVars:
     time_unit: float
 
 
-def _tri_pos(t: np.ndarray, i: np.ndarray, strict: bool) -> np.ndarray:
-    """Row position of ``(t, i)`` in ``np.tril_indices`` order (``strict``: offset -1)."""
-    return t * (t - 1) // 2 + i if strict else t * (t + 1) // 2 + i
+class PoetPaging(CoreExtension):
+    """POET's paging block, built into the Checkmate core by :func:`add_checkmate_core`.
 
+    Columns (after the core's): ``M_out``, ``M_in``, ``S_aux`` (binary) and ``G`` (continuous),
+    each ``int64[T, n]`` with ``-1`` for ``i >= t``; pruned entries (no descendant left) get an
+    upper bound of 0.  Rows (after the core's), with ``M`` the sizes in memory units:
 
-def build_poet(problem: PoetProblem, formulation=None):
-    """Build the POET MILP on the Checkmate core.  Returns ``(model, PoetVars, CheckmateProblem)``.
+    * page-in / page-out sources ``M_in <= S_aux``, ``M_out <= S``;
+    * ``M_in[t,i] + S[t,i] <= 1`` and ``M_in[t,i] + R[t,i] <= 1`` (a page-in of a value resident
+      during the step is wasted: the replay keeps a carried value to the step end);
+    * ``G <= M_out``, ``G <= 1 - R[t,i]``, ``G <= 1 - S[t+1,i]``, ``G <= 1 - R[t,j]`` for users
+      ``j <= t``;
+    * storage persistence ``S_aux[t+1,i] <= S_aux[t,i] + M_out[t,i]``;
+    * start rows ``sum_i M_i S[t,i] <= budget`` (the replay frees a paged-out value at the step
+      start).
 
-    Rows added on top of the core (global row indices of the core's named row blocks are
-    extended with :meth:`MilpModel.add_coefficients`):
+    Terms on the core's rows (:class:`~solvers.checkmate.CoreRows`):
 
-    * carry rows ``S[t+1,i] - S[t,i] - R[t,i] - M_in[t,i] <= 0`` (POET's RAM persistence);
-    * ``useful_s`` dominance rows get ``- M_out[t,i]`` (a checkpoint may exist to be paged out);
-    * ``frontier`` rows count ``S[t+1,i] - M_in[t,i]`` (a paged-in value is not resident while
-      the frontier runs);
-    * memory row ``U[t,0]`` gets ``+ M_i G[t,i]``, with ``G <= M_out``, ``G <= 1 - S[t+1,i]``,
-      ``G <= 1 - R[t,j]`` for users ``j <= t`` and for ``j = i``, and start rows
-      ``sum_i M_i S[t,i] <= budget`` (the replay frees such a value at the step start);
-    * ``S_aux`` persistence, page-in/page-out sources, ``M_in[t,i] + S[t,i] <= 1`` and
-      ``M_in[t,i] + R[t,i] <= 1`` (a page-in of a value resident during the step is wasted: the
-      replay keeps a carried value to the step end), the deadline row and the objective.
+    * ``carry`` ``(t, i)``: ``- M_in[t,i]`` (POET's RAM persistence
+      ``S[t+1,i] <= S[t,i] + R[t,i] + M_in[t,i]``);
+    * ``useful_s`` ``(t, i)``: ``- M_out[t,i]`` (a checkpoint may exist to be paged out);
+    * ``mem`` ``(t, 0)``: ``+ M_i G[t,i]`` (a value paged out and dropped frees its bytes);
+    * ``frontier`` ``t``: ``- M_i M_in[t,i]`` for non-inputs ``i`` of ``t`` (a value paged in
+      during step t is not resident while the frontier runs).
+
+    Objective: paging energy in ``energy_unit`` joules plus the tie-break ``eps`` per move.
     """
-    from solvers.checkmate import CheckmateProblem, Formulation, add_checkmate_core
-    from solvers.milp import INF, MilpModel
 
-    n = problem.n
-    edges = np.asarray(problem.edges, dtype=np.int64).reshape(-1, 2)
-    ec = np.asarray(problem.compute_energy, float)
-    cm = CheckmateProblem(n, edges, ec, problem.sizes, problem.budget)
-    model = MilpModel("poet")
-    core = add_checkmate_core(model, cm, budget=problem.budget,
-                              formulation=formulation or Formulation(), objective=False)
-    R, S = core.R, core.S
-    M = cm.sizes / core.mem_unit
-    B_units = problem.budget / core.mem_unit
-    md = cm.max_descendant
-    e_unit = float(ec.sum()) if ec.sum() > 0 else 1.0
-    ct = np.asarray(problem.compute_time, float)
-    t_unit = float(ct.sum()) if ct.sum() > 0 else 1.0
-    tS, iS = np.tril_indices(n, -1)
-    eps = problem.eps / max(n, 1)
+    def __init__(self, problem: PoetProblem, energy_unit: float, eps: float) -> None:
+        self.problem, self.energy_unit, self.eps = problem, energy_unit, eps
+        n = problem.n
+        self.S_aux, self.M_in, self.M_out, self.G = (np.full((n, n), -1, np.int64) for _ in range(4))
 
-    if not problem.remat:  # R = I
-        model.fix(R[tS, iS], 0.0)
+    def add_vars(self, ctx: CoreContext) -> None:
+        n, md, model = ctx.problem.n, ctx.problem.max_descendant, ctx.model
+        tS, iS = np.tril_indices(n, -1)
+        ub = (md[iS] >= tS).astype(float)  # pruned (useless) entries get ub 0
+        later = ub * (tS >= iS + 2)  # nothing to page in or hold in storage before t = i + 2
+        self.M_out[tS, iS] = model.add_vars("M_out", len(tS), 0.0, ub, integer=True)
+        self.M_in[tS, iS] = model.add_vars("M_in", len(tS), 0.0, later, integer=True)
+        self.S_aux[tS, iS] = model.add_vars("S_aux", len(tS), 0.0, later, integer=True)
+        self.G[tS, iS] = model.add_vars("G", len(tS), 0.0, ub)
 
-    neg = np.full((n, n), -1, np.int64)
-    S_aux, M_in, M_out, G = neg.copy(), neg.copy(), neg.copy(), neg.copy()
-    if problem.paging and n > 1:
-        live = md[iS] >= tS  # pruned (useless) entries get ub 0
-        ub = live.astype(float)
-        M_out[tS, iS] = model.add_vars("M_out", len(tS), 0.0, ub, integer=True)
-        M_in[tS, iS] = model.add_vars("M_in", len(tS), 0.0, ub * (tS >= iS + 2), integer=True)
-        S_aux[tS, iS] = model.add_vars("S_aux", len(tS), 0.0, ub * (tS >= iS + 2), integer=True)
-        G[tS, iS] = model.add_vars("G", len(tS), 0.0, ub)
-        k = len(tS)
+    def add_rows(self, ctx: CoreContext) -> None:
+        n, model, core, rows, M = ctx.problem.n, ctx.model, ctx.vars, ctx.rows, ctx.mem
+        R, S, S_aux, M_in, M_out, G = core.R, core.S, self.S_aux, self.M_in, self.M_out, self.G
+        src, dst = ctx.problem.edges[:, 0], ctx.problem.edges[:, 1]
+        tS, iS = np.tril_indices(n, -1)
+        nx = tS + 1 < n
 
-        def pair_rows(a, b, hi, name, sa=1.0, sb=1.0, sel=None):
-            sel = np.ones(k, bool) if sel is None else sel
+        def pair_rows(a, b, hi, name, sb=1.0, sel=None):
+            """Rows ``x[a] + sb * x[b] <= hi`` for the pairs ``(t, i)`` selected by ``sel``."""
+            sel = np.ones(len(tS), bool) if sel is None else sel
             kk = int(sel.sum())
             model.add_rows_coo(np.r_[np.arange(kk), np.arange(kk)], np.r_[a[sel], b[sel]],
-                               np.r_[np.full(kk, sa), np.full(kk, sb)], kk, -INF, hi, name=name)
+                               np.r_[np.full(kk, 1.0), np.full(kk, sb)], kk, -INF, hi, name=name)
 
-        pair_rows(M_in[tS, iS], S_aux[tS, iS], 0.0, "poet_in_src", 1.0, -1.0)
-        pair_rows(M_out[tS, iS], S[tS, iS], 0.0, "poet_out_src", 1.0, -1.0)
+        pair_rows(M_in[tS, iS], S_aux[tS, iS], 0.0, "poet_in_src", -1.0)
+        pair_rows(M_out[tS, iS], S[tS, iS], 0.0, "poet_out_src", -1.0)
         pair_rows(M_in[tS, iS], S[tS, iS], 1.0, "poet_in_not_s")
         pair_rows(M_in[tS, iS], R[tS, iS], 1.0, "poet_in_not_r")
-        pair_rows(G[tS, iS], M_out[tS, iS], 0.0, "poet_g_out", 1.0, -1.0)
+        pair_rows(G[tS, iS], M_out[tS, iS], 0.0, "poet_g_out", -1.0)
         pair_rows(G[tS, iS], R[tS, iS], 1.0, "poet_g_r")
-        nx = tS + 1 < n
-        Snext = np.where(nx, S[np.minimum(tS + 1, n - 1), iS], -1)
-        pair_rows(G[tS, iS], Snext, 1.0, "poet_g_s", sel=nx)
-        # G + R[t, j] <= 1 for users j of i with j <= t
-        src, dst = edges[:, 0], edges[:, 1]
-        if len(edges):
+        pair_rows(G[tS, iS], np.where(nx, S[np.minimum(tS + 1, n - 1), iS], -1), 1.0, "poet_g_s",
+                  sel=nx)
+        if len(src):  # G + R[t, j] <= 1 for users j of i with j <= t
             tj, ej = np.nonzero(np.arange(n)[:, None] >= dst[None, :])
             kk = len(tj)
             model.add_rows_coo(np.r_[np.arange(kk), np.arange(kk)],
                                np.r_[G[tj, src[ej]], R[tj, dst[ej]]], 1.0, kk, -INF, 1.0,
                                name="poet_g_users")
-        # storage persistence: S_aux[t+1,i] - S_aux[t,i] - M_out[t,i] <= 0  (i < t < n-1)
-        sel = nx
-        kk = int(sel.sum())
+        # storage persistence: S_aux[t+1,i] - S_aux[t,i] - M_out[t,i] <= 0  (i < t < n-1);
+        # S_aux[t+1, t] <= M_out[t, t] = 0 holds through the upper bounds (tS >= iS + 2)
+        kk = int(nx.sum())
         rr = np.arange(kk)
         model.add_rows_coo(np.r_[rr, rr, rr],
-                           np.r_[S_aux[tS[sel] + 1, iS[sel]], S_aux[tS[sel], iS[sel]],
-                                 M_out[tS[sel], iS[sel]]],
+                           np.r_[S_aux[tS[nx] + 1, iS[nx]], S_aux[tS[nx], iS[nx]],
+                                 M_out[tS[nx], iS[nx]]],
                            np.r_[np.ones(kk), -np.ones(kk), -np.ones(kk)], kk, -INF, 0.0,
                            name="poet_aux_carry")
-        # S_aux[t+1, t] <= M_out[t, t] = 0: already ub 0 (tS >= iS + 2).
-        # start rows: sum_i M_i S[t, i] <= B
-        model.add_rows_coo(tS, S[tS, iS], M[iS], n, -INF, B_units, name="poet_start")
-        # extend the core's rows
-        carry = model.row_block("carry")  # tril_indices(n-1) order, rows (t, i), i <= t
-        model.add_coefficients(carry[_tri_pos(tS[nx], iS[nx], False)], M_in[tS[nx], iS[nx]], -1.0)
-        useful_s = model.row_block("useful_s")  # tril_indices(n, -1) order
-        if len(useful_s):
-            model.add_coefficients(useful_s[_tri_pos(tS, iS, True)], M_out[tS, iS], -1.0)
-        mem = model.row_block("mem")  # tril_indices(n) order; row (t, 0)
-        model.add_coefficients(mem[_tri_pos(tS, np.zeros_like(tS), False)], G[tS, iS], M[iS])
-        front = model.row_block("frontier")  # one row per t < n-1
-        if len(front):
-            pm = np.zeros((n, n), bool)
-            if len(edges):
-                pm[dst, src] = True
-            sel = nx & ~pm[tS, iS] & (M[iS] > 0)
-            model.add_coefficients(front[tS[sel]], M_in[tS[sel], iS[sel]], -M[iS[sel]])
+        model.add_rows_coo(tS, S[tS, iS], M[iS], n, -INF, self.problem.budget / core.mem_unit,
+                           name="poet_start")
+        # terms on the core's rows
+        ctx.add_terms(rows.carry[tS[nx], iS[nx]], M_in[tS[nx], iS[nx]], -1.0)
+        ctx.add_terms(rows.useful_s[tS, iS], M_out[tS, iS], -1.0)
+        ctx.add_terms(rows.mem[tS, 0], G[tS, iS], M[iS])
+        pm = np.zeros((n, n), bool)
+        if len(src):
+            pm[dst, src] = True
+        sel = nx & ~pm[tS, iS] & (M[iS] > 0)
+        ctx.add_terms(rows.frontier[tS[sel]], M_in[tS[sel], iS[sel]], -M[iS[sel]])
         # objective: paging energy + tie-break per move
-        model.add_objective(M_in[tS, iS], np.asarray(problem.page_in_energy)[iS] / e_unit + eps)
-        model.add_objective(M_out[tS, iS], np.asarray(problem.page_out_energy)[iS] / e_unit + eps)
+        e_in, e_out = (np.asarray(e)[iS] / self.energy_unit + self.eps
+                       for e in (self.problem.page_in_energy, self.problem.page_out_energy))
+        model.add_objective(M_in[tS, iS], e_in)
+        model.add_objective(M_out[tS, iS], e_out)
 
+
+def build_poet(problem: PoetProblem, formulation: Formulation | None = None
+               ) -> tuple[MilpModel, PoetVars, CheckmateProblem]:
+    """Build the POET MILP: the Checkmate core (no objective) with :class:`PoetPaging` built
+    in when ``problem.paging``, then the compute-energy objective (joules in ``energy_unit``,
+    plus ``eps`` per recompute) and the deadline row (eq. 3, seconds in ``time_unit``).
+    ``remat=False`` pins ``R`` to the identity.  Returns ``(model, PoetVars, CheckmateProblem)``.
+    """
+    n = problem.n
+    edges = np.asarray(problem.edges, dtype=np.int64).reshape(-1, 2)
+    ec = np.asarray(problem.compute_energy, float)
+    cm = CheckmateProblem(n, edges, ec, problem.sizes, problem.budget)
+    model = MilpModel("poet")
+    e_unit = float(ec.sum()) if ec.sum() > 0 else 1.0
+    ct = np.asarray(problem.compute_time, float)
+    t_unit = float(ct.sum()) if ct.sum() > 0 else 1.0
+    eps = problem.eps / max(n, 1)
+    paging = PoetPaging(problem, e_unit, eps)
+    core = add_checkmate_core(model, cm, budget=problem.budget,
+                              formulation=formulation or Formulation(), objective=False,
+                              extensions=[paging] if problem.paging and n > 1 else [])
+    R = core.R
+    tS, iS = np.tril_indices(n, -1)
+    if not problem.remat:  # R = I
+        model.fix(R[tS, iS], 0.0)
     # objective: compute energy (eq. 2) + tie-break per recompute
     tR, iR = np.tril_indices(n)
     model.add_objective(R[tR, iR], ec[iR] / e_unit + eps * (tR > iR))
@@ -325,20 +347,21 @@ def build_poet(problem: PoetProblem, formulation=None):
     if problem.deadline is not None:
         cols, vals = [R[tR, iR]], [ct[iR] / t_unit]
         if problem.count_paging_time and problem.paging and n > 1:
-            cols += [M_in[tS, iS], M_out[tS, iS]]
+            cols += [paging.M_in[tS, iS], paging.M_out[tS, iS]]
             vals += [np.asarray(problem.page_in_time)[iS] / t_unit,
                      np.asarray(problem.page_out_time)[iS] / t_unit]
         c = np.concatenate(cols)
         model.add_rows_coo(np.zeros(len(c), np.int64), c, np.concatenate(vals), 1, -INF,
                            problem.deadline / t_unit * (1 + 1e-9), name="poet_deadline")
-    return model, PoetVars(core, S_aux, M_in, M_out, G, e_unit, t_unit), cm
+    v = PoetVars(core, paging.S_aux, paging.M_in, paging.M_out, paging.G, e_unit, t_unit)
+    return model, v, cm
 
 
-def poet_vector(model, v: PoetVars, cm, R, S, M_in=None, M_out=None) -> np.ndarray:
+def poet_vector(model: MilpModel, v: PoetVars, cm: CheckmateProblem, R: np.ndarray,
+                S: np.ndarray, M_in: np.ndarray | None = None, M_out: np.ndarray | None = None
+                ) -> np.ndarray:
     """A complete MILP vector for a schedule (warm start): ``R``, ``S`` and the page moves as
     given, ``S_aux`` = paged out in an earlier step, ``G``, ``FREE`` and ``U`` computed directly."""
-    from solvers.checkmate import checkmate_vector
-
     n = cm.n
     R = np.asarray(R, bool)
     S = np.asarray(S, bool)

@@ -1,0 +1,73 @@
+"""The exact Checkmate MILP (Jain et al., "Checkmate", MLSys 2020) and its LP relaxation + rounding.
+
+Everything works on arrays (:class:`CheckmateProblem`: node costs, output sizes in bytes, a
+topologically ordered edge list and a budget in bytes) and frontier-form ``R``/``S`` schedules.
+
+Modules, each importing only those above it:
+
+* :mod:`~solvers.checkmate.problem`: problem and solution types, checkpoint-all,
+  :func:`schedule_memory` (the replay's peak in bytes), :func:`normalize`;
+* :mod:`~solvers.checkmate.frontier`: frontier-form conversion, :func:`min_r_given_s`,
+  heuristic schedules (warm starts and fallbacks);
+* :mod:`~solvers.checkmate.formulation`: the MILP's variables and core rows
+  (:func:`add_checkmate_core`) with the :class:`CoreExtension` hook that POET builds on;
+* :mod:`~solvers.checkmate.milp`: the exact solve (:func:`solve_checkmate`) with its time split
+  and fallbacks, and :func:`min_feasible_budget` (peak-minimising MILP);
+* :mod:`~solvers.checkmate.lp_round`: LP relaxation + rounding (:func:`solve_checkmate_lp`).
+"""
+
+from solvers.checkmate.formulation import (
+    CheckmateVars,
+    CoreContext,
+    CoreExtension,
+    CoreRows,
+    Formulation,
+    add_checkmate_core,
+    checkmate_vector,
+    decode_schedule,
+)
+from solvers.checkmate.frontier import (
+    best_heuristic,
+    check_frontier_schedule,
+    heuristic_schedules,
+    min_r_given_s,
+    to_frontier_form,
+)
+from solvers.checkmate.lp_round import solve_checkmate_lp
+from solvers.checkmate.milp import _min_peak_schedule as _min_peak_schedule
+from solvers.checkmate.milp import min_feasible_budget, solve_checkmate
+from solvers.checkmate.problem import (
+    CheckmateProblem,
+    CheckmateSolution,
+    checkpoint_all_schedule,
+    normalize,
+    schedule_cost,
+    schedule_memory,
+)
+
+__all__ = [
+    "CheckmateProblem",
+    "CheckmateVars",
+    "CheckmateSolution",
+    "Formulation",
+    "CoreRows",
+    "CoreContext",
+    "CoreExtension",
+    "add_checkmate_core",
+    "checkmate_vector",
+    "decode_schedule",
+    "solve_checkmate",
+    "solve_checkmate_lp",
+    "min_feasible_budget",
+    "schedule_memory",
+    "schedule_cost",
+    "normalize",
+    "min_r_given_s",
+    "heuristic_schedules",
+    "checkpoint_all_schedule",
+    "check_frontier_schedule",
+    "to_frontier_form",
+    "best_heuristic",
+]
+# ``_min_peak_schedule`` is re-exported (not in ``__all__``) for solve_checkmate_lp's call-time
+# lookup (see solvers.checkmate.lp_round._api) and the tests that substitute it.

@@ -1,0 +1,316 @@
+"""Solving the Checkmate MILP: the exact solve loop, its time split and fallbacks, and the
+peak-minimising MILP behind :func:`min_feasible_budget`.
+
+Times are wall seconds (:class:`SolveClock`), memory bytes, costs the problem's cost units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from solvers.checkmate.formulation import (
+    CheckmateVars,
+    Formulation,
+    add_checkmate_core,
+    checkmate_vector,
+    decode_schedule,
+)
+from solvers.checkmate.frontier import best_heuristic, check_frontier_schedule
+from solvers.checkmate.problem import (
+    CheckmateProblem,
+    CheckmateSolution,
+    checkpoint_all_schedule,
+    rel_gap,
+    schedule_cost,
+    schedule_memory,
+)
+from solvers.milp import MilpModel, MilpSolution
+
+__all__ = [
+    "SolveClock",
+    "solve_checkmate",
+    "min_feasible_budget",
+    "checkpoint_all_if_fits",
+    "check_frontier_bound",
+]
+
+Schedule = tuple[np.ndarray, np.ndarray]
+
+
+class SolveClock:
+    """Wall-clock accounting of one solve: ``limit`` seconds from construction."""
+
+    def __init__(self, time_limit: float) -> None:
+        self.limit = time_limit
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds since the solve started."""
+        return time.perf_counter() - self.start
+
+    def left(self, floor: float = -math.inf) -> float:
+        """Seconds left of the limit (negative once overrun), at least ``floor``."""
+        return max(floor, self.limit - self.elapsed())
+
+
+def checkpoint_all_if_fits(problem: CheckmateProblem, clock: SolveClock, **meta
+                           ) -> CheckmateSolution | None:
+    """The checkpoint-all schedule (optimal: every node runs once) when it fits
+    ``problem.budget`` bytes or there is no budget, else ``None``.  ``meta`` is added to its
+    ``meta``."""
+    R0, S0 = checkpoint_all_schedule(problem)
+    peak0, _ = schedule_memory(problem, R0, S0)
+    if problem.budget is not None and problem.budget < peak0:
+        return None
+    c = float(problem.costs.sum())
+    return CheckmateSolution(R0, S0, "optimal", c, c, 0.0, peak0, clock.elapsed(), 0.0, 0,
+                             {"method": "checkpoint_all", **meta})
+
+
+def check_frontier_bound(problem: CheckmateProblem, time_limit: float) -> None:
+    """Raise :class:`InfeasibleBudgetError` (with :func:`min_feasible_budget`, ``time_limit``
+    seconds) when ``problem.budget`` is below the frontier lower bound."""
+    budget = problem.budget
+    if budget is not None and budget < problem.frontier_lower_bound():
+        mf, exact = min_feasible_budget(problem, time_limit=time_limit)
+        raise InfeasibleBudgetError(budget, mf, "below the frontier lower bound" +
+                                    ("" if exact else " (min_feasible_bytes is an upper estimate)"))
+
+
+# ------------------------------------------------------------------------ exact MILP
+@dataclasses.dataclass(frozen=True)
+class _LpBound:
+    """The small LP relaxation's bound (cost units, ``-inf``: none) and its time (seconds)."""
+
+    bound: float = -math.inf
+    time_s: float = 0.0
+
+
+def solve_checkmate(
+    problem: CheckmateProblem,
+    *,
+    time_limit: float = 60.0,
+    mip_gap: float = 1e-4,
+    threads: int | None = None,
+    backend: str = "highs",
+    warm_start: tuple[np.ndarray, np.ndarray] | str | None = "auto",
+    formulation: Formulation = Formulation(),  # noqa: B008 (frozen dataclass)
+    presolve: bool = True,
+    log: bool = False,
+    options: dict | None = None,
+    lp_first: bool = True,
+) -> CheckmateSolution:
+    """Solve Checkmate's MILP exactly (up to ``mip_gap``) for ``problem.budget``.
+
+    With ``lp_first`` the small LP relaxation of :func:`solve_checkmate_lp` (no ``U``/``FREE``
+    chain; at most a quarter of ``time_limit``) runs first: if the warm start is already within
+    ``mip_gap`` of its bound the warm start is returned as ``optimal`` without building the MILP,
+    and otherwise its bound is kept when the MILP's own bound is weaker (large graphs whose root
+    LP does not finish in time).  The MILP gets the time that is left; when that is under ten
+    times the small LP's time (the full root LP would not finish and HiGHS overruns its limit in
+    presolve), the warm start is returned with status ``time_limit`` and the LP bound.
+
+    Args:
+      warm_start: ``(R, S)`` frontier-form schedule, ``"auto"`` (cheapest fitting schedule from
+        :func:`heuristic_schedules`) or ``None``.  A warm start that is not frontier-form or does
+        not fit is ignored (``meta["warm_start"]`` says so).
+      threads: HiGHS threads.  HiGHS 1.15's MIP search is serial ("1 max worker"): on a
+        101-node chain at 30%, 1 thread 19.1 s, 2 threads 19.6 s.
+      presolve: HiGHS presolve (default on).  Off was faster on 101-node chains (30%: 11.9 s vs
+        19.1 s; 50%: 10.4 s vs 16.1 s) but a 51-node chain at 30% went from optimal in 23.8 s to
+        a 60 s time-out (gap 1.2%), so it stays on.
+      time_limit: seconds for everything (LP bound, model build, MILP).
+      mip_gap: relative gap at which the solve stops (HiGHS ``mip_rel_gap``).
+
+    Returns:
+      :class:`CheckmateSolution` (status ``optimal``, ``time_limit``, or ``feasible`` when a
+      tolerance made the MILP's schedule exceed the budget and the warm start was returned).
+
+    Raises:
+      InfeasibleBudgetError: no schedule fits (``min_feasible_bytes`` computed with
+        :func:`min_feasible_budget`).
+      SolverTimeoutError: the time limit hit with no incumbent (impossible with a warm start).
+    """
+    clock = SolveClock(time_limit)
+    done = checkpoint_all_if_fits(problem, clock, warm_start=None)
+    if done is not None:
+        return done
+    check_frontier_bound(problem, time_limit)
+    warm, warm_name = _initial_schedule(problem, warm_start)
+    lp = _LpBound()
+    if lp_first and backend == "highs":
+        lp = _lp_bound(problem, formulation, 0.25 * time_limit, threads)
+    meta = {"backend": backend, "warm_start": warm_name}
+    if warm is not None:
+        done = _answer_without_milp(problem, warm, lp, clock, mip_gap, meta)
+        if done is not None:
+            return done
+    t_b = time.perf_counter()
+    model = MilpModel("checkmate")
+    v = add_checkmate_core(model, problem, budget=problem.budget, formulation=formulation)
+    x0 = checkmate_vector(model, v, problem, *warm) if warm is not None else None
+    build = time.perf_counter() - t_b
+    try:
+        sol = model.solve(backend, time_limit=clock.left(floor=0.05 * time_limit),
+                          mip_gap=mip_gap, threads=threads, warm_start=x0, log=log,
+                          presolve=presolve, options=options)
+    except SolverTimeoutError as e:
+        b = None if e.bound is None else e.bound * v.cost_unit
+        raise SolverTimeoutError(str(e), bound=b) from None
+    return _milp_answer(problem, model, v, sol, warm, lp, clock, mip_gap, build, meta)
+
+
+def _initial_schedule(problem: CheckmateProblem, warm_start: Schedule | str | None
+                      ) -> tuple[Schedule | None, str | None]:
+    """``(schedule, name)`` of the warm start (see :func:`solve_checkmate`)."""
+    budget = problem.budget
+    if isinstance(warm_start, str) and warm_start == "auto":
+        h = best_heuristic(problem, budget)
+        if h is not None and h[3] <= budget:
+            return (h[1], h[2]), h[0]
+        return None, None
+    if warm_start is not None:
+        warm = check_frontier_schedule(problem, warm_start, budget)
+        return warm, ("given" if warm is not None else
+                      "given (rejected: not frontier-form or over budget)")
+    return None, None
+
+
+def _lp_bound(problem: CheckmateProblem, formulation: Formulation, time_limit: float,
+              threads: int | None) -> _LpBound:
+    """The small LP relaxation (no memory chain, no dominance rows) within ``time_limit`` s."""
+    lpm = MilpModel("checkmate_lp_bound")
+    lv = add_checkmate_core(lpm, problem, budget=problem.budget, formulation=dataclasses.replace(
+        formulation, memory_chain=False, useful=False))
+    try:
+        lps = lpm.solve("highs", time_limit=time_limit, relax=True, threads=threads)
+    except SolverTimeoutError:
+        return _LpBound()
+    bound = lps.objective * lv.cost_unit if lps.status == "optimal" else -math.inf
+    return _LpBound(bound, lps.solve_time_s + lps.build_time_s)
+
+
+def _answer_without_milp(problem: CheckmateProblem, warm: Schedule, lp: _LpBound,
+                         clock: SolveClock, mip_gap: float, meta: dict) -> CheckmateSolution | None:
+    """The warm start when the MILP is not needed (the LP bound proves it optimal) or cannot
+    help (too little time left for its root LP), else ``None``."""
+    wobj = schedule_cost(problem, warm[0])
+    left = clock.left()
+    status = None
+    if wobj - lp.bound <= mip_gap * abs(wobj):
+        status, method, note = "optimal", "warm start proven by the LP bound", ""
+        solve_s, build_s = lp.time_s, clock.elapsed() - lp.time_s
+    elif lp.time_s > 0 and left < 10 * lp.time_s:
+        # the full MILP's root LP costs several times the small LP (n = 401 chain: 11 s vs
+        # minutes); with this little time HiGHS would only overrun its limit in presolve/root LP.
+        # (RENS around this small LP was tried: its 0/1 values contradict the exact memory model,
+        # the fixed sub-MIP was infeasible on a 201-node chain.)
+        method = "warm start (no time left for the MILP root)"
+        note = f"{left:.1f} s left < 10 x LP time {lp.time_s:.1f} s"
+        solve_s, build_s = clock.elapsed(), 0.0
+    else:
+        return None
+    peak, _ = schedule_memory(problem, *warm)
+    lb = min(max(lp.bound, float(problem.costs.sum())), wobj)
+    gap = rel_gap(wobj, lb)
+    if status is None:
+        status = "optimal" if gap <= mip_gap else "time_limit"
+    return CheckmateSolution(
+        warm[0], warm[1], status, wobj, lb, gap, peak, solve_s, build_s, 0,
+        {"method": method, **meta, "warm_start_objective": wobj, "lp_bound": lp.bound,
+         "note": note})
+
+
+def _milp_answer(problem: CheckmateProblem, model: MilpModel, v: CheckmateVars, sol: MilpSolution,
+                 warm: Schedule | None, lp: _LpBound, clock: SolveClock, mip_gap: float,
+                 build: float, meta: dict) -> CheckmateSolution:
+    """The :class:`CheckmateSolution` of a finished MILP solve (raises when it has none)."""
+    budget = problem.budget
+    if sol.status == "infeasible":
+        mf, exact = min_feasible_budget(problem, time_limit=clock.limit)
+        if mf <= budget:  # the MILP said infeasible but a schedule fits: numerical trouble
+            raise SolverError(f"solver reported infeasible but a schedule with peak {mf} fits")
+        raise InfeasibleBudgetError(budget, mf, "" if exact else "min_feasible_bytes is an upper estimate")
+    if not sol.has_solution:
+        raise SolverError(f"MILP ended with status {sol.message!r} and no solution")
+    R, S = decode_schedule(problem, v, sol.x)
+    peak, _ = schedule_memory(problem, R, S)
+    note = ""
+    if peak > budget:  # an integrality/feasibility tolerance let a few bytes through
+        if warm is None:
+            raise SolverError(f"MILP solution has peak {peak} > budget {budget} (tolerance problem)")
+        note = f"MILP solution exceeded the budget by {peak - budget} bytes; warm start returned"
+        R, S = warm
+        peak, _ = schedule_memory(problem, R, S)
+        sol = dataclasses.replace(sol, status="feasible")
+    obj = schedule_cost(problem, R)
+    # every node runs at least once: sum(costs) is always a valid bound
+    trivial = float(problem.costs.sum())
+    lb = max(sol.bound * v.cost_unit, trivial) if math.isfinite(sol.bound) else trivial
+    lb = max(lb, lp.bound)
+    if sol.status == "optimal":
+        lb = min(obj, lb) if math.isfinite(lb) else obj
+    status = sol.status if sol.status in ("optimal", "feasible") else "time_limit"
+    if status == "time_limit" and rel_gap(obj, lb) <= mip_gap:
+        status = "optimal"  # the LP bound closed the gap the MILP left open
+    meta = {
+        "method": "milp",
+        **meta,
+        "warm_start_objective": None if warm is None else schedule_cost(problem, warm[0]),
+        "num_vars": model.num_vars,
+        "num_int_vars": int(model.integrality().sum()),
+        "num_rows": model.num_rows,
+        "solver_message": sol.message,
+        "milp_objective": sol.objective * v.cost_unit,
+        "lp_bound": lp.bound,
+        "note": note,
+    }
+    return CheckmateSolution(R, S, status, obj, lb, rel_gap(obj, lb), peak,
+                             sol.solve_time_s, build + sol.build_time_s, sol.node_count, meta)
+
+
+# ----------------------------------------------------------------- smallest feasible budget
+def min_feasible_budget(problem: CheckmateProblem, *, time_limit: float = 60.0,
+                        formulation: Formulation = Formulation()  # noqa: B008 (frozen)
+                        ) -> tuple[int, bool]:
+    """The smallest budget (bytes) for which a frontier-form schedule exists.
+
+    Returns ``(bytes, exact)``.  ``exact`` is True when a schedule meeting
+    :meth:`CheckmateProblem.frontier_lower_bound` is found (the bound is then attained) or when
+    the peak-minimising MILP proves optimality; otherwise ``bytes`` is the best schedule's peak
+    found within ``time_limit`` seconds (an upper bound on the true minimum).
+    """
+    peak, exact, _, _ = _min_peak_schedule(problem, time_limit, formulation)
+    return peak, exact
+
+
+def _min_peak_schedule(problem: CheckmateProblem, time_limit: float,
+                       formulation: Formulation = Formulation()  # noqa: B008 (frozen)
+                       ) -> tuple[int, bool, np.ndarray, np.ndarray]:
+    """``(peak_bytes, exact, R, S)`` of the lowest-peak schedule found (see
+    :func:`min_feasible_budget`)."""
+    lb = problem.frontier_lower_bound()
+    h = best_heuristic(problem, None)
+    best_peak, warm = h[3], (h[1], h[2])
+    if best_peak <= lb:
+        return int(best_peak), True, h[1], h[2]
+    model = MilpModel("checkmate_min_peak")
+    v = add_checkmate_core(model, problem, budget=best_peak, formulation=formulation,
+                           minimize_peak=True)
+    x0 = checkmate_vector(model, v, problem, *warm)
+    try:
+        sol = model.solve("highs", time_limit=time_limit, mip_gap=0.0, warm_start=x0)
+    except SolverTimeoutError:
+        return int(best_peak), False, warm[0], warm[1]
+    if sol.has_solution:
+        R, S = decode_schedule(problem, v, sol.x)
+        peak, _ = schedule_memory(problem, R, S)
+        if peak < best_peak:
+            best_peak, warm = peak, (R, S)
+    exact = sol.status == "optimal"
+    return int(best_peak), bool(exact), warm[0], warm[1]
