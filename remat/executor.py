@@ -1,21 +1,20 @@
 """Op-by-op executor: run a plan's exact schedule stage by stage and measure live bytes.
 
-Semantics (those of :mod:`remat.plan` and :func:`remat.schedule.replay`, node granularity: all of a
-node's outputs live and die together):
+The executor is an interpreter of the plan's event program (:func:`remat.events.lower`, the one
+executable form of the semantics of :mod:`remat.plan` and :mod:`remat.schedule`); it decides
+nothing about lifetimes itself.  Node granularity: all of a node's outputs live and die together.
 
-* Entering step ``t`` exactly the outputs of ``{i : S[t, i]}`` are resident (anything else still
-  held is freed); a *step-start* sample is taken.
-* Page-outs (``plan.page_out[t, i]``, POET semantics of :mod:`remat.schedule`) happen at the start
-  of step ``t`` and need ``S[t, i]``: the output is copied to the store (numpy on the host, or
-  ``.npy`` files with ``paging_store="file"``) and its device copy then lives and dies by the
-  ordinary rules below.
-* Values resident but neither read by a node of step ``t`` nor kept in ``S[t+1]`` are freed.
-* The nodes of ``R[t]`` run in index order.  Recomputing a node that is still resident replaces
-  (first frees) its old outputs.  After a node runs (its outputs exist, its inputs still held) a
-  sample is taken; then every output that no later node of this step reads and that is not in
-  ``S[t+1]`` is freed.
-* End of step ``t``: page-ins (``plan.page_in[t, i]``) copy stored values back to the device (they
-  count from step ``t+1``'s start); then everything not in ``S[t+1]`` is freed.
+* ``STEP``: a *step-start* sample is taken (exactly the outputs of ``S[t]`` are resident).
+* ``PAGE_OUT`` (POET semantics, at the start of the step): the output is copied to the store
+  (numpy on the host, or ``.npy`` files with ``paging_store="file"``); its device copy then
+  lives and dies by the ordinary events.
+* ``COMPUTE k``: the stage runs on its resident inputs and its fresh outputs become resident; a
+  sample is taken (outputs exist, inputs still held).
+* ``FREE i``: node i's outputs are dropped (a recomputation is preceded by the free of the copy
+  it replaces).
+* ``PAGE_IN`` (end of the step): when the event allocates, the stored value is copied back to
+  the device (it counts from the next step's start); the bytes moved count in ``bytes_paged``
+  either way.
 
 Freeing drops the executor's references and calls ``.delete()`` on the device arrays.  Values that
 are program outputs (the loss, gradients) are copied to host memory when their node's outputs are
@@ -41,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from remat.errors import ExtractionError, InvalidPlanError
+from remat.events import COMPUTE, FREE, PAGE_IN, PAGE_OUT, STEP
 from remat.extraction import Lit
 from remat.graph import Graph
 from remat.plan import Plan
@@ -82,6 +82,25 @@ def _free(arrs) -> None:
             pass
 
 
+def _store(arrs, tmpdir: str | None, stem: str) -> list:
+    """Copy device arrays to the paging store: host numpy arrays, or ``.npy`` paths in
+    ``tmpdir``."""
+    host = [np.array(a, copy=True) for a in arrs]
+    if tmpdir is None:
+        return host
+    paths = []
+    for q, h in enumerate(host):
+        path = os.path.join(tmpdir, f"{stem}_{q}.npy")
+        np.save(path, h)
+        paths.append(path)
+    return paths
+
+
+def _load(stored: list) -> list:
+    """The host arrays of a stored value (loading ``.npy`` files)."""
+    return [np.load(x) if isinstance(x, str) else x for x in stored]
+
+
 def execute(
     graph: Graph,
     plan: Plan,
@@ -112,7 +131,7 @@ def execute(
     prog = graph.program
     if prog is None:
         raise ExtractionError(f"graph {graph.name!r} has no program (it was not extracted)")
-    plan.validate(graph)
+    events = plan.validate(graph)
     leaves, tree = jax.tree_util.tree_flatten(args)
     if tree != prog.in_tree or len(leaves) != prog.n_args:
         raise ExtractionError(f"arguments do not match the extracted structure {prog.in_tree}")
@@ -120,14 +139,8 @@ def execute(
         raise InvalidPlanError(f"paging_store must be 'host' or 'file', got {paging_store!r}")
     args_flat = [jnp.asarray(x) if not isinstance(x, jax.Array) else x for x in leaves]
 
-    R, S = plan.R, plan.S
-    T, n = R.shape
-    zeros = np.zeros_like(R)
-    page_in = plan.page_in if plan.page_in is not None else zeros
-    page_out = plan.page_out if plan.page_out is not None else zeros
+    n = graph.n
     sizes = graph.sizes
-    e = graph.edge_array
-    src, dst = e[:, 0], e[:, 1]
 
     # program outputs: which (node, position) hold each flattened output
     out_loc: list[Any] = []
@@ -181,67 +194,45 @@ def execute(
 
     t0 = time.perf_counter()
     try:
-        for t in range(T):
-            nxt = S[t + 1] if t + 1 < T else np.zeros(n, dtype=bool)
-            for i in [i for i in live if not S[t, i]]:
-                drop(i)
-            sample(t, -1)
-            for i in np.flatnonzero(page_out[t]).tolist():
-                if i not in live:
-                    raise InvalidPlanError(
-                        "page-out of a value that is not resident", step=t, node=graph.nodes[i].name
-                    )
-                host = [np.array(a, copy=True) for a in live[i]]
-                if paging_store == "file":
-                    paths = []
-                    for q, h in enumerate(host):
-                        path = os.path.join(tmpdir, f"s{t}_n{i}_{q}.npy")
-                        np.save(path, h)
-                        paths.append(path)
-                    store[i] = paths
-                else:
-                    store[i] = host
-                paged += int(sizes[i])
-            comp = np.flatnonzero(R[t])
-            pos = np.full(n, -1, dtype=np.int64)
-            pos[comp] = np.arange(len(comp))
-            last_use = np.full(n, -1, dtype=np.int64)
-            reads = R[t, dst]
-            np.maximum.at(last_use, src[reads], pos[dst[reads]])
-            for i in [i for i in live if last_use[i] < 0 and not nxt[i]]:
-                drop(i)
-            for p, k in enumerate(comp.tolist()):
-                if k in live:
-                    drop(k)
+        cols = (events.kind, events.step, events.node, events.creates)
+        for kind, t, i, allocates in zip(*(c.tolist() for c in cols)):
+            if kind == COMPUTE:
                 ins = []
-                for v in prog.node_inputs[k]:
+                for v in prog.node_inputs[i]:
                     j, q = prog.producer[v]
                     if j not in live:
                         raise InvalidPlanError(
-                            f"input {graph.nodes[j].name!r} is not resident", step=t, node=graph.nodes[k].name
+                            f"input {graph.nodes[j].name!r} is not resident", step=t, node=graph.nodes[i].name
                         )
                     ins.append(live[j][q])
-                outs = prog.stage_fn(k)(args_flat, ins)
+                outs = prog.stage_fn(i)(args_flat, ins)
                 # never alias an input or argument buffer: the node owns fresh outputs
                 owned = {id(a) for a in ins} | {id(a) for a in args_flat}
                 outs = tuple(jnp.copy(a) if id(a) in owned else a for a in outs)
                 jax.block_until_ready(outs)
-                live[k] = outs
+                live[i] = outs
                 runs += 1
-                sample(t, k)
-                for i in [i for i in live if last_use[i] <= p and not nxt[i]]:
-                    drop(i)
-            for i in np.flatnonzero(page_in[t]).tolist():
+                sample(t, i)
+            elif kind == FREE:
+                drop(i)
+            elif kind == STEP:
+                sample(t, -1)
+            elif kind == PAGE_OUT:
+                if i not in live:
+                    raise InvalidPlanError(
+                        "page-out of a value that is not resident", step=t, node=graph.nodes[i].name
+                    )
+                store[i] = _store(live[i], tmpdir, f"s{t}_n{i}")
+                paged += int(sizes[i])
+            elif kind == PAGE_IN:
                 if i not in store:
                     raise InvalidPlanError("page-in of a value never paged out", step=t, node=graph.nodes[i].name)
-                if i not in live:
-                    data = store[i]
-                    if paging_store == "file":
-                        data = [np.load(path) for path in data]
-                    live[i] = tuple(jax.device_put(d) for d in data)
+                if allocates:
+                    live[i] = tuple(jax.device_put(d) for d in _load(store[i]))
                 paged += int(sizes[i])
-            for i in [i for i in live if not nxt[i]]:
-                drop(i)
+            else:  # ALLOC: only illegal plans lowered with strict=False have these
+                msg = "value resident without being computed"
+                raise InvalidPlanError(msg, step=t, node=graph.nodes[i].name)
         for i in list(live):
             harvest(i)
     finally:

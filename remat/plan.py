@@ -8,22 +8,30 @@ A plan is Checkmate's pair of boolean matrices over *steps* (rows) × *nodes* (c
 Memory semantics (shared by :func:`remat.simulate` and :func:`remat.execute`): entering step
 ``t`` the live set is ``{i : S[t, i]}``.  Running node ``k`` needs every predecessor live and
 allocates ``out_bytes[k]``; after each node (and at the start of the step) every live output that
-is neither read by a later node of this step nor in ``S[t+1]`` is freed.  ``S[t+1, i]`` requires
+is neither read by a later node of this step nor in ``S[t+1]`` is freed (a resident output that
+the step recomputes stays until its recomputation, which replaces it).  ``S[t+1, i]`` requires
 ``i`` live at the end of step ``t``.
 
 POET plans add ``S_aux`` (held in secondary storage entering step t), ``page_out`` and
-``page_in`` (transfers during step t); see :mod:`remat.simulate` for their semantics.
+``page_in`` (transfers during step t); see :mod:`remat.schedule` for their semantics.
+
+These rules are executable in one place: :func:`remat.events.lower` turns a plan into its event
+program (compute, free, page-out, page-in), which :meth:`Plan.validate`, the replay, the
+simulator, the executor and the layout pass (:mod:`remat.layout`) all consume.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from remat.errors import InvalidPlanError
+
+if TYPE_CHECKING:
+    from remat.events import Events
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -36,7 +44,10 @@ class Plan:
       page_out: optional ``bool[T, n]``: copy node i's output to secondary storage in step t.
       page_in: optional ``bool[T, n]``: copy node i's output back to device memory in step t.
       S_aux: optional ``bool[T, n]``: node i's output is held in secondary storage entering step t.
-      offsets: optional ``int64[n]`` byte offsets of each output in a memory pool (layouts).
+      offsets: optional ``int64[A]`` byte offsets in one memory arena, one per *allocation* of the
+        plan's event program in allocation order (:mod:`remat.events`: every compute, and every
+        page-in that brings a value back, allocates; a node computed k times has k entries).
+        Filled by :func:`remat.layout.allocate`; checked by :meth:`validate`.
       microbatches: number of micro-batches the batch is split into (gradients accumulated).
       meta: ``policy``, ``budget`` (bytes or None), ``status`` (``optimal``, ``feasible``,
         ``time_limit``, ``heuristic``), ``solve_time_s``, ``gap`` (where a solver ran), ...
@@ -65,6 +76,12 @@ class Plan:
                 if v.shape != R.shape:
                     raise InvalidPlanError(f"{field} has shape {v.shape}, expected {R.shape}")
                 object.__setattr__(self, field, v)
+        if self.offsets is not None:
+            off = np.asarray(self.offsets)
+            if off.ndim != 1 or (off.size and not np.issubdtype(off.dtype, np.integer)):
+                got = f"{off.dtype}{off.shape}"
+                raise InvalidPlanError(f"offsets must be a 1-D integer array, got {got}")
+            object.__setattr__(self, "offsets", off.astype(np.int64))
         if int(self.microbatches) < 1:
             raise InvalidPlanError(f"microbatches must be >= 1, got {self.microbatches}")
         meta = {"policy": "custom", "budget": None, "status": "unknown", "solve_time_s": 0.0}
@@ -92,19 +109,30 @@ class Plan:
         """``int64[n]``: how many times each node runs."""
         return self.R.sum(axis=0).astype(np.int64)
 
-    def validate(self, graph) -> None:
+    def validate(self, graph) -> Events:
         """Check legality against ``graph``; raise :class:`InvalidPlanError` naming the step and
         node otherwise.  Rules: shapes match; every node runs at least once; ``S[0]`` is empty
         (paging aside); a node runs only when all its inputs are resident; an output can be held
-        into step t+1 only if it was resident at the end of step t."""
-        from remat.schedule import replay
+        into step t+1 only if it was resident at the end of step t; ``offsets``, when present,
+        are a valid layout of the plan's allocations (:func:`remat.layout.validate`).
+
+        Returns:
+          The plan's event program (:func:`remat.events.lower`), so callers need not lower twice.
+        """
+        from remat import layout
+        from remat.events import lower
 
         if self.R.shape[1] != graph.n:
             raise InvalidPlanError(f"plan has {self.R.shape[1]} columns, graph has {graph.n} nodes")
         missing = np.flatnonzero(~self.R.any(axis=0))
         if len(missing):
             raise InvalidPlanError("node never computed", node=graph.nodes[missing[0]].name)
-        replay(graph, self, strict=True)
+        events = lower(graph, self, strict=True)
+        if self.offsets is not None:
+            lt = layout.lifetimes(events)
+            names = [graph.nodes[i].name for i in lt.node]
+            layout.validate(lt.intervals, lt.sizes, self.offsets, labels=names)
+        return events
 
     def with_meta(self, **kw: Any) -> Plan:
         return dataclasses.replace(self, meta={**self.meta, **kw})

@@ -1,4 +1,5 @@
-"""Predict what a plan costs: peak memory, compute time, energy, overhead, memory timeline."""
+"""Predict what a plan costs: peak memory (live bytes, and the arena a layout needs), compute
+time, energy, overhead, memory timeline."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from remat import layout
 from remat.graph import Graph
 from remat.plan import Plan
-from remat.schedule import replay
+from remat.schedule import fold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +19,12 @@ class Report:
     """Simulated cost of a plan on a graph.
 
     Attributes:
-      peak_bytes: peak resident activation bytes (stage outputs; parameters excluded).
+      peak_bytes: peak resident activation bytes (stage outputs; parameters excluded), the sum
+        of live allocations: what an allocator without fragmentation needs.
+      arena_bytes: bytes of the one arena that holds every allocation at its offset: the plan's
+        ``offsets`` when it has them, else a layout by ``placement`` (best fit by default);
+        ``>= peak_bytes``.  ``None`` when ``simulate(..., placement=None)``.
+      fragmentation: ``arena_bytes / peak_bytes - 1`` (0.0 = no fragmentation), or ``None``.
       compute_time_s: sum of ``time_s`` over every (re)computation (graph cost units for loaded
         graphs).
       energy_j: compute energy plus paging energy, joules (0 when the graph has no energy model).
@@ -37,6 +44,8 @@ class Report:
     paging_time_s: float = 0.0
     paging_energy_j: float = 0.0
     bytes_paged: int = 0
+    arena_bytes: int | None = None
+    fragmentation: float | None = None
     timeline: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
     static_bytes: int = 0
     meta: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
@@ -47,7 +56,9 @@ class Report:
         return self.peak_bytes + self.static_bytes
 
 
-def simulate(graph: Graph, plan: Plan, device=None) -> Report:
+def simulate(
+    graph: Graph, plan: Plan, device=None, *, placement: str | layout.Placement | None = "best_fit"
+) -> Report:
     """Simulate ``plan`` on ``graph``.
 
     Args:
@@ -57,12 +68,22 @@ def simulate(graph: Graph, plan: Plan, device=None) -> Report:
         and energy are re-modelled from FLOPs and bytes, and each page move of node i's output
         costs ``device.page_out_cost(out_bytes[i])`` / ``page_in_cost`` (time s, energy J),
         reported as ``paging_time_s``/``paging_energy_j`` and included in ``energy_j``.
+      placement: layout used for ``arena_bytes`` when the plan has no ``offsets`` (a name from
+        :data:`remat.layout.PLACEMENTS` or a placement function); ``None`` skips the layout.
 
     Returns:
       A :class:`Report`.
     """
-    plan.validate(graph)
-    rep = replay(graph, plan, strict=False)
+    events = plan.validate(graph)
+    rep = fold(events)
+    arena = frag = None
+    if plan.offsets is not None or placement is not None:
+        lt = layout.lifetimes(events)
+        offsets = plan.offsets
+        if offsets is None:
+            offsets = layout.get_placement(placement)[1](lt.intervals, lt.sizes)
+        arena = layout.arena_size(offsets, lt.sizes)
+        frag = arena / rep.peak_bytes - 1.0 if rep.peak_bytes > 0 else 0.0
     counts = plan.R.sum(axis=0)
     if isinstance(device, str):
         from remat import devices
@@ -99,6 +120,8 @@ def simulate(graph: Graph, plan: Plan, device=None) -> Report:
         paging_time_s=ptime,
         paging_energy_j=penergy,
         bytes_paged=paged,
+        arena_bytes=arena,
+        fragmentation=frag,
         timeline={"step": rep.step, "node": rep.node, "live_bytes": rep.live_bytes},
         static_bytes=int(graph.param_bytes + graph.input_bytes),
         meta={"policy": plan.meta.get("policy"), "status": plan.meta.get("status")},

@@ -208,6 +208,14 @@ def test_min_feasible_above_frontier_bound_uses_the_milp():
     assert solve_checkmate(P.with_budget(true_min)).peak_bytes <= true_min
 
 
+def _oracle_peak(g, R, S) -> int:
+    """The independent checker of tests/test_events.py (shares no code with remat.events,
+    which both ``schedule_memory`` and ``replay`` use)."""
+    from test_events import oracle_run
+
+    return oracle_run(g.n, g.sizes, g.edge_array, R, S).peak
+
+
 def test_schedule_memory_matches_replay_on_heuristics_and_random_schedules():
     rng = np.random.default_rng(0)
     g = remat.chain_graph(6, sizes=rng.integers(1, 9, 6).tolist(), fwd_costs=1.0)
@@ -215,7 +223,7 @@ def test_schedule_memory_matches_replay_on_heuristics_and_random_schedules():
     for _, R, S in heuristic_schedules(P):
         plan = remat.Plan(R=R, S=S)
         plan.validate(g)
-        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes
+        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes == _oracle_peak(g, R, S)
     # random legal schedules (including wasteful ones): S random, R = everything needed
     n = g.n
     for _ in range(20):
@@ -228,7 +236,7 @@ def test_schedule_memory_matches_replay_on_heuristics_and_random_schedules():
             S[t + 1] &= S[t] | R[t]
         plan = remat.Plan(R=R, S=S)
         plan.validate(g)
-        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes
+        assert schedule_memory(P, R, S)[0] == replay(g, plan).peak_bytes == _oracle_peak(g, R, S)
         Rn, Sn = normalize(P, R, S)
         pn = remat.Plan(R=Rn, S=Sn)
         pn.validate(g)

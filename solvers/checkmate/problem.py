@@ -168,39 +168,16 @@ def schedule_cost(problem: CheckmateProblem, R: np.ndarray) -> float:
 
 
 def schedule_memory(problem: CheckmateProblem, R: np.ndarray, S: np.ndarray) -> tuple[int, np.ndarray]:
-    """Peak bytes of a frontier-form schedule under the replay semantics of :mod:`remat.plan`.
+    """Peak bytes of a schedule under the one memory semantics (:mod:`remat.events`).
 
-    Written independently of the MILP (and of :func:`remat.schedule.replay`, which tests use to
-    check it).  Returns ``(peak_bytes, step_peak)`` with ``step_peak`` ``int64[T]`` bytes.
+    Returns ``(peak_bytes, step_peak)`` with ``step_peak`` ``int64[T]`` bytes (the most bytes
+    live at any moment of each step).  The schedule is not checked for legality here.
     """
-    R = np.asarray(R, bool)
-    S = np.asarray(S, bool)
-    T, n = R.shape
-    sizes = problem.sizes
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    idx = np.arange(n)
-    step_peak = np.zeros(T, dtype=np.int64)
-    for t in range(T):
-        start_b = int(sizes[S[t]].sum())
-        comp = np.flatnonzero(R[t])
-        if not len(comp):
-            step_peak[t] = start_b
-            continue
-        lastuse = np.full(n, -1, dtype=np.int64)
-        m = R[t, dst]
-        np.maximum.at(lastuse, src[m], dst[m])
-        start = np.where(S[t], 0, np.where(R[t], idx, n + 1))
-        end = np.maximum(lastuse, np.where(R[t], idx, -1))
-        if t + 1 < T:
-            end = np.where(S[t + 1], n, end)
-        end = np.minimum(end, n)
-        ok = start <= end
-        diff = np.zeros(n + 2, dtype=np.int64)
-        np.add.at(diff, start[ok], sizes[ok])
-        np.add.at(diff, end[ok] + 1, -sizes[ok])
-        live = np.cumsum(diff)[comp]
-        step_peak[t] = max(start_b, int(live.max()))
-    return int(step_peak.max(initial=0)), step_peak
+    from remat.events import lower_arrays
+
+    ev = lower_arrays(problem.sizes, problem.edges, np.asarray(R, bool), np.asarray(S, bool),
+                      strict=False)
+    return int(ev.peak_bytes), np.asarray(ev.step_peak_bytes, dtype=np.int64)
 
 
 def normalize(problem: CheckmateProblem, R: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
