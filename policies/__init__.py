@@ -19,6 +19,7 @@ from policies.checkpoint_all import CheckpointAll
 from policies.greedy_remat import GreedyRemat
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
+from policies.melon import Melon
 from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
@@ -29,5 +30,5 @@ __all__ = [
     "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
     "checkpoint_all_plan", "ScanLayers",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat", "Pebbling",
+    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Melon",
 ]

@@ -1,0 +1,410 @@
+"""Melon (Wang et al., MobiSys 2022): lifetime-aware pool, memory-calibrated progressive
+recomputation (TPS eviction), micro-batching for models without BatchNorm, and on-the-fly budget
+adaptation.
+
+**Progressive recomputation (§4.3, Algorithm 1 with the errata of the notes).**  Nodes run in
+index order; step ``t`` first recomputes, in index order, every missing input of node ``t`` and
+their missing inputs recursively (Algorithm 1 lines 13-19), then node ``t``.  After each op the
+pool is checked: the *projected* lifetimes of the whole iteration (past allocations as they
+were, resident values until their last reader, future nodes as in the original schedule) are
+laid out with the lifetime-aware pool (:func:`solvers.melon_pool.lifetime_aware`), and
+``pool.size(now)`` is ``max(offset + size)`` over the allocations live now (bytes; the
+address-aware size, not the sum of live sizes).  While it exceeds the budget (``>``, the
+prose; line 6's ``>=`` is an erratum) the resident value of maximal Eq. (1)
+
+    TPS(x) = size(x) [bytes] × FreedLifetime(x) [ops] / RecomputationTime(x) [s]
+
+is evicted and the layout is recalibrated (recomputed on the new lifetimes).  As in the
+artifact's ``Recomputer::update_metric``: ``FreedLifetime = last_reader(x) - t`` (original op
+indices) and ``RecomputationTime = cost(x) + Σ cost(a)`` over the ancestors of ``x`` that are not
+resident (BFS stopping at resident values), re-evaluated after every eviction.  Candidates are
+all resident values, forward and backward, except the inputs and output of the running op, the
+inputs of the ops left in the step and the next op's inputs (Algorithm 1's ``skipRelease``);
+ties go to the lowest node index.
+
+The steps become a legal plan (:func:`policies.from_checkpoints.plan_from_steps`, which frees an
+evicted value right after its last read), whose event program is laid out with both pool variants
+(best-fit and lowest-address); the smaller pool is ``Plan.offsets``.  Should that pool still
+exceed the budget (the simulation's projection differs from the final lifetimes), the
+simulation is rerun with its target lowered by the overshoot ("calibration", at most
+``calibrations`` times).
+
+**Micro-batch (§4.1, A.3).**  Without batch-coupled layers (``ctx.batch_coupled`` False) and when
+the whole batch does not fit without recomputation, the largest micro-batch (smallest ``k`` of
+``ctx.microbatch_counts()``) whose pool fits without recomputation is used; else recomputation
+only.  ``meta["microbatch_reason"]`` says which and why.
+
+**Budget adaptation (§4.4).**  :meth:`Melon.adapt` switches to the new budget's plan mid-step:
+with A the values resident under the old plan, C those the pool shrink cuts off
+(``offset + size > new_budget``) and B those the new plan holds at that point, it keeps
+``(A - C) ∩ B``, recomputes ``B - (A - C)`` (the notes' correction of the paper's
+``C - (A - B)``) and moves the kept values to their new offsets, and compares the modelled cost
+with stop-restart (rerunning the new plan from its first op up to the same point).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from policies.base import (
+    BasePolicy,
+    PolicyContext,
+    bisect_min_budget,
+    checkpoint_all_plan,
+    register,
+)
+from policies.from_checkpoints import plan_from_steps
+from remat.errors import InfeasibleBudgetError, InvalidPlanError, RematError, SolverError
+from remat.events import COMPUTE, STEP
+from remat.graph import Graph
+from remat.layout import arena_size, lifetimes
+from remat.plan import Plan
+from solvers.melon_pool import lifetime_aware, lifetime_aware_lowest
+
+__all__ = ["Melon", "Adaptation", "melon_steps", "pool_layout", "MEMCPY_BYTES_PER_S"]
+
+#: memcpy speed of the artifact's adaptation script (bytes/s); relayout costs 3 × bytes / speed.
+MEMCPY_BYTES_PER_S = 22_238_208.0
+
+
+def pool_layout(graph: Graph, plan: Plan) -> Plan:
+    """``plan`` with ``offsets`` from the smaller of Melon's two pool variants (best-fit and
+    lowest-address, longest lifetime first) and ``meta["arena_bytes"]`` (bytes)."""
+    events = dataclasses.replace(plan, offsets=None).validate(graph)
+    lt = lifetimes(events)
+    best = None
+    for name, fn in (("melon", lifetime_aware), ("melon_lowest", lifetime_aware_lowest)):
+        off = fn(lt.intervals, lt.sizes)
+        size = arena_size(off, lt.sizes)
+        if best is None or size < best[0]:
+            best = (size, off, name)
+    size, off, name = best
+    return dataclasses.replace(plan, offsets=off).with_meta(layout=name, arena_bytes=int(size))
+
+
+class _Sim:
+    """State of one progressive-recomputation simulation (see :func:`melon_steps`)."""
+
+    def __init__(self, graph: Graph, target: int):
+        self.g, self.target = graph, int(target)
+        self.n = graph.n
+        self.preds = graph.preds
+        self.sizes = [int(x) for x in graph.sizes]
+        self.costs = [float(x) + 1e-12 for x in graph.costs]  # zero-cost ops still rank by TPS
+        self.last = [int(x) for x in graph.last_reader]
+        self.res: dict[int, int] = {}  # resident node -> its allocation record
+        self.rec_node: list[int] = []  # allocation records: node, start op, end op (-1: open)
+        self.rec_start: list[int] = []
+        self.rec_end: list[int] = []
+        self.now = 0
+        self.version = 0
+        self._layout: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.evictions = 0
+
+    # -- bookkeeping
+    def alloc(self, v: int) -> None:
+        self.res[v] = len(self.rec_node)
+        self.rec_node.append(v)
+        self.rec_start.append(self.now)
+        self.rec_end.append(-1)
+
+    def free(self, v: int, at: int) -> None:
+        self.rec_end[self.res.pop(v)] = at
+
+    # -- the calibrated pool
+    def pool_now(self, t: int, step: Sequence[int], pos: int, lastpos: dict[int, int]) -> int:
+        """``pool.size(now)``: bytes of the lifetime-aware layout of the projected lifetimes,
+        over the allocations live now."""
+        if self._layout is None or self._layout[0] != self.version:
+            now, rem = self.now, len(step) - pos - 1
+            iv, sz = [], []
+            for k, v in enumerate(self.rec_node):
+                end = self.rec_end[k]
+                if end < 0:  # resident: until its last reader (in this step, or a later node)
+                    lr = self.last[v]
+                    end = now + rem + (lr - t) if lr > t else now + max(0, lastpos.get(v, pos) - pos)
+                iv.append((self.rec_start[k], end))
+                sz.append(self.sizes[v])
+            for j in range(pos + 1, len(step)):  # the rest of this step
+                v = step[j]
+                lr = self.last[v]
+                end = now + rem + (lr - t) if lr > t else now + max(0, lastpos.get(v, j) - pos)
+                iv.append((now + j - pos, end))
+                sz.append(self.sizes[v])
+            for u in range(t + 1, self.n):  # the rest of the iteration, as originally scheduled
+                s0 = now + rem + (u - t)
+                iv.append((s0, s0 + max(0, self.last[u] - u)))
+                sz.append(self.sizes[u])
+            iva = np.asarray(iv, dtype=np.int64).reshape(-1, 2)
+            sza = np.asarray(sz, dtype=np.int64)
+            top = lifetime_aware(iva, sza) + sza
+            self._layout = (self.version, iva, top)
+        _, iva, top = self._layout
+        live = (iva[:, 0] <= self.now) & (self.now <= iva[:, 1])
+        return int(top[live].max(initial=0))
+
+    def recompute_time(self, x: int) -> float:
+        """Eq. (1)'s RecomputationTime: ``cost(x)`` plus the costs of its non-resident ancestors
+        (seconds)."""
+        c, seen, stack = self.costs[x], {x}, [p for p in self.preds[x] if p not in self.res]
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            c += self.costs[u]
+            stack.extend(p for p in self.preds[u] if p not in self.res and p not in seen)
+        return c
+
+    def evict_one(self, t: int, protect: set[int]) -> bool:
+        """Evict the max-TPS resident value not in ``protect`` (False: no candidate)."""
+        best, best_tps = -1, -1.0
+        for x in sorted(self.res):
+            if x in protect:
+                continue
+            tps = self.sizes[x] * max(1, self.last[x] - t) / self.recompute_time(x)
+            if tps > best_tps:
+                best, best_tps = x, tps
+        if best < 0:
+            return False
+        self.free(best, self.now - 1)
+        self.version += 1
+        self.evictions += 1
+        return True
+
+
+def melon_steps(graph: Graph, target: int, *, protect_next: bool = True
+                ) -> tuple[list[list[int]], int] | None:
+    """Simulate Melon's progressive recomputation with the pool capped at ``target`` bytes.
+
+    Returns:
+      ``(steps, evictions)``: ``steps[t]`` the sorted nodes run in step ``t`` (recomputations,
+      then node ``t``), or ``None`` when a pool overflow has no evictable value left.
+      ``protect_next``: never evict the next op's inputs (Algorithm 1's ``skipRelease``); the
+      artifact's pool-aware planner does not protect them.
+    """
+    sim = _Sim(graph, target)
+    preds = sim.preds
+    steps: list[list[int]] = []
+    for t in range(sim.n):
+        rec: set[int] = set()
+        stack = [p for p in preds[t] if p not in sim.res]
+        while stack:  # getRecomputeOpsRecursively
+            u = stack.pop()
+            if u in rec:
+                continue
+            rec.add(u)
+            stack.extend(p for p in preds[u] if p not in sim.res and p not in rec)
+        step = sorted(rec)
+        step.append(t)
+        need: dict[int, int] = {}
+        lastpos: dict[int, int] = {}
+        for j, v in enumerate(step):
+            for p in preds[v]:
+                need[p] = need.get(p, 0) + 1
+                lastpos[p] = j
+        nxt = set(preds[t + 1]) if protect_next and t + 1 < sim.n else set()
+        for pos, v in enumerate(step):
+            sim.alloc(v)
+            if v != t:
+                sim.version += 1  # a recomputation extends the time axis: recalibrate
+            protect = set(need) | {v} | (nxt if v == t else set())
+            while sim.pool_now(t, step, pos, lastpos) > sim.target:
+                if not sim.evict_one(t, protect):
+                    # nothing left to evict: only a layout conflict is left if the live bytes
+                    # fit (the final layout and calibration settle it), else infeasible
+                    if sum(sim.sizes[x] for x in sim.res) > sim.target:
+                        return None
+                    break
+            for p in preds[v]:
+                k = need[p] - 1
+                if k:
+                    need[p] = k
+                else:
+                    del need[p]
+                    if sim.last[p] <= t and p in sim.res:
+                        sim.free(p, sim.now)
+            if sim.last[v] <= t and v not in need:
+                sim.free(v, sim.now)
+            sim.now += 1
+        steps.append(step)
+    return steps, sim.evictions
+
+
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    """The switch from a plan to the new budget's plan part-way through a training step (§4.4).
+
+    Attributes:
+      plan: the new budget's plan (offsets filled); execution resumes at ``resume_step``.
+      switch_step: step of the old plan at whose start the switch happens.
+      resume_step: first step of ``plan`` still to run.
+      kept: nodes kept in place or moved, ``(A - C) ∩ B``.
+      dumped: nodes released without a memory operation, ``A - kept``.
+      recompute: nodes recomputed before resuming, ``B - (A - C)`` and their missing ancestors,
+        in index order.
+      recompute_s: modelled time of ``recompute`` (seconds, node ``time_s``).
+      relayout_bytes: bytes of kept values whose offset changes.
+      relayout_s: ``3 × relayout_bytes / memcpy_bytes_per_s`` (seconds, the artifact's model).
+      stop_restart_s: modelled time of the new plan's steps before ``resume_step`` (seconds).
+      overhead: ``(recompute_s + relayout_s) / stop_restart_s`` (0 when nothing was run yet).
+    """
+
+    plan: Plan
+    switch_step: int
+    resume_step: int
+    kept: tuple[int, ...]
+    dumped: tuple[int, ...]
+    recompute: tuple[int, ...]
+    recompute_s: float
+    relayout_bytes: int
+    relayout_s: float
+    stop_restart_s: float
+    overhead: float
+
+
+@register("melon")
+@dataclasses.dataclass(frozen=True)
+class Melon(BasePolicy):
+    """Melon: lifetime-aware pool + TPS progressive recomputation + micro-batch (module doc).
+
+    Args:
+      budget: pool bytes, or ``"60%"`` / ``"512MiB"`` (``None``: no limit, pool only).
+      microbatch: allow micro-batching for graphs that are not batch-coupled.
+      calibrations: reruns of the simulation with a lowered target when the final pool
+        exceeds the budget.
+      search_rtol: relative precision of the minimum feasible budget on infeasibility.
+    """
+
+    budget: int | str | None = None
+    microbatch: bool = True
+    calibrations: int = 8
+    search_rtol: float = 1e-2
+
+    def _recompute_plan(self, graph: Graph, budget: int) -> Plan | None:
+        """Progressive recomputation under ``budget`` bytes of pool, or ``None``."""
+        for protect_next in (True, False):  # the paper's skip set first, then the artifact's
+            target = int(budget)
+            for it in range(self.calibrations + 1):
+                found = melon_steps(graph, target, protect_next=protect_next)
+                if found is None:
+                    break
+                steps, ev = found
+                p = pool_layout(graph, plan_from_steps(graph, steps, policy="melon",
+                                                       status="heuristic"))
+                over = int(p.meta["arena_bytes"]) - int(budget)
+                if over <= 0:
+                    return p.with_meta(evictions=ev, calibrations=it, method="recompute",
+                                       protect_next_inputs=protect_next)
+                target -= over
+        return None
+
+    def _pool_only(self, graph: Graph) -> Plan:
+        return pool_layout(graph, checkpoint_all_plan(graph).with_meta(status="heuristic"))
+
+    def min_feasible_budget(self, graph: Graph) -> int:
+        """Smallest pool budget (bytes, within ``search_rtol``) at which the recomputation
+        succeeds: bisection (:func:`policies.base.bisect_min_budget`), or the pool-only size
+        when even the no-remat peak fails (fragmentation)."""
+        def fits(b: int) -> bool:
+            return self._recompute_plan(graph, b) is not None
+        try:
+            return bisect_min_budget(graph, fits, rtol=self.search_rtol, name="melon")
+        except SolverError:
+            return int(self._pool_only(graph).meta["arena_bytes"])
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        pool = self._pool_only(graph)
+        if budget_bytes is None or int(pool.meta["arena_bytes"]) <= budget_bytes:
+            return pool.with_meta(method="pool_only", microbatch_reason="the whole batch fits")
+        counts = ctx.microbatch_counts() if self.microbatch else []
+        if not self.microbatch:
+            why = "micro-batching disabled"
+        elif ctx.batch_coupled:
+            why = "batch-coupled layers (BatchNorm): micro-batching changes the math"
+        elif not counts:
+            why = "no micro-batch count available (no graph_at or batch size)"
+        else:
+            why = "no micro-batch fits without recomputation"
+            for k in counts:
+                pk = self._pool_only(ctx.graph_at(k))
+                if int(pk.meta["arena_bytes"]) <= budget_bytes:
+                    return dataclasses.replace(pk, microbatches=k).with_meta(
+                        method="microbatch",
+                        microbatch_reason=f"largest micro-batch ({ctx.batch_size // k}) whose "
+                                          "pool fits without recomputation")
+        p = self._recompute_plan(graph, budget_bytes)
+        if p is None:
+            mf = self.min_feasible_budget(graph)
+            raise InfeasibleBudgetError(
+                budget_bytes, mf, "melon heuristic's own minimum (bisection), not a proven bound")
+        return p.with_meta(microbatch_reason=f"recomputation only: {why}")
+
+    def adapt(self, plan: Plan, graph: Graph, new_budget: int | str, progress: float,
+              *, memcpy_bytes_per_s: float = MEMCPY_BYTES_PER_S) -> Adaptation:
+        """Switch ``plan`` (with offsets, micro-batch count 1) to ``new_budget`` after
+        ``progress`` (fraction in ``[0, 1]``) of its events (§4.4).
+
+        The switch happens at the start of the step holding event ``progress × E``; the new
+        plan (:meth:`plan` at ``new_budget``) resumes after the step computing the highest node
+        computed so far.  Costs use node ``time_s`` (seconds).
+
+        Raises:
+          InvalidPlanError: ``plan`` has no offsets, micro-batches, or ``progress`` outside
+            ``[0, 1]``.
+          InfeasibleBudgetError: no Melon plan fits ``new_budget``.
+        """
+        if plan.offsets is None or plan.microbatches != 1:
+            raise InvalidPlanError("adapt needs a Melon plan with offsets and one micro-batch")
+        if not 0.0 <= progress <= 1.0:
+            raise InvalidPlanError(f"progress must be in [0, 1], got {progress}")
+        new = self.plan(graph, budget=new_budget)
+        if new.microbatches != 1:  # adaptation re-plans recomputation, not the batch split
+            raise RematError("adapt: the new budget's plan is micro-batched; use a "
+                             "Melon(microbatch=False)")
+        nb = int(new.meta["budget"])
+        ev = plan.validate(graph)
+        e = min(int(progress * len(ev)), len(ev) - 1)
+        t_sw = int(ev.step[e])
+        starts = np.flatnonzero(ev.kind == STEP)
+        e0 = int(starts[t_sw])
+        alloc_of: dict[int, int] = {}
+        for k in np.flatnonzero(ev.creates[:e0]).tolist():
+            alloc_of[int(ev.node[k])] = int(ev.alloc[k])
+        sizes, off_old = graph.sizes, np.asarray(plan.offsets)
+        A = {int(i) for i in np.flatnonzero(plan.S[t_sw])}
+        C = {i for i in A if int(off_old[alloc_of[i]]) + int(sizes[i]) > nb}
+        done = ev.kind[:e0] == COMPUTE
+        last_done = int(ev.node[:e0][done].max()) if done.any() else -1
+        resume = last_done + 1  # plans built here compute node t last in step t
+        B = {int(i) for i in np.flatnonzero(new.S[resume])} if resume < new.R.shape[0] else set()
+        kept = (A - C) & B
+        missing = B - (A - C)
+        rec: set[int] = set()
+        stack = list(missing)
+        while stack:
+            u = stack.pop()
+            if u in rec:
+                continue
+            rec.add(u)
+            stack.extend(p for p in graph.preds[u] if p not in kept and p not in rec)
+        costs = graph.costs
+        nev = new.validate(graph)
+        new_alloc: dict[int, int] = {}
+        ns = np.flatnonzero(nev.kind == STEP)
+        n0 = int(ns[resume]) if resume < len(ns) else len(nev)
+        for k in np.flatnonzero(nev.creates[:n0]).tolist():
+            new_alloc[int(nev.node[k])] = int(nev.alloc[k])
+        moved = sum(int(sizes[i]) for i in kept
+                    if int(new.offsets[new_alloc[i]]) != int(off_old[alloc_of[i]]))
+        rec_s = float(sum(costs[i] for i in rec))
+        relayout_s = 3.0 * moved / memcpy_bytes_per_s
+        restart_s = float((new.R[:resume].sum(axis=0) * costs).sum())
+        return Adaptation(
+            plan=new, switch_step=t_sw, resume_step=resume, kept=tuple(sorted(kept)),
+            dumped=tuple(sorted(A - kept)), recompute=tuple(sorted(rec)), recompute_s=rec_s,
+            relayout_bytes=moved, relayout_s=relayout_s, stop_restart_s=restart_s,
+            overhead=(rec_s + relayout_s) / restart_s if restart_s > 0 else 0.0)
