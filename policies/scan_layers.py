@@ -12,10 +12,12 @@ Search: anchors that a JAX policy cannot tell apart (same primitive, operand sha
 parameters: :func:`remat.scans.anchor_key`) form one *unit*.  Every subset of units (exhaustive
 up to ``max_exhaustive`` units, else the subsets of the ``max_exhaustive`` units with the best
 FLOPs-recomputed-per-byte-kept, status ``"heuristic"``) and every group size dividing the length
-is costed by :meth:`remat.scans.ScanBody.cost`; per scan the Pareto front of (kept bytes,
-transient bytes, FLOPs) is combined across scans, and the plan with the fewest FLOPs whose
-predicted peak (:func:`remat.scans.adjusted_graph`, checkpoint-all outside the scans) fits the
-budget wins (ties: the smaller peak).
+is costed by :meth:`remat.scans.ScanBody.cost`, next to leaving the scan as JAX
+differentiates it (its own residuals, no recomputation); per scan the Pareto front of (kept
+bytes, transient bytes, FLOPs) is combined across scans, and the plan with the fewest FLOPs
+whose predicted peak (:func:`remat.scans.adjusted_graph`, checkpoint-all outside the scans)
+fits the budget wins (ties: the smaller peak).  A kept contraction followed by a bias add keeps
+the sum (:meth:`remat.scans.ScanBody.save_point`), as MaxText-style names do.
 """
 
 from __future__ import annotations
@@ -29,47 +31,56 @@ from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, regist
 from remat.errors import InfeasibleBudgetError, NotApplicableError
 from remat.graph import Graph
 from remat.plan import Plan
-from remat.scans import ScanBody, ScanDecision, adjusted_graph, anchor_key
+from remat.scans import ScanBody, ScanDecision, adjusted_graph, anchor_key, scan_nodes
 
 
 def anchor_units(body: ScanBody) -> list[tuple[int, ...]]:
-    """Anchors grouped by what a JAX policy sees of them (:func:`remat.scans.anchor_key`)."""
+    """Anchors grouped by what a JAX policy sees of what they keep
+    (:func:`remat.scans.anchor_key` of :meth:`~remat.scans.ScanBody.policy_point`), so that
+    every plan is one a plain JAX policy expresses (``remat.checkpoint_policy``)."""
     units: dict[tuple, list[int]] = {}
     for j in body.anchors:
-        units.setdefault(anchor_key(body.body, j), []).append(j)
+        units.setdefault(anchor_key(body.body, body.policy_point(j)), []).append(j)
     return [tuple(v) for v in units.values()]
 
 
-def _front(body: ScanBody, units: list[tuple[int, ...]], max_exhaustive: int):
-    """Pareto-optimal decisions of one scan: ``[(residual, transient, flops, decision)]``."""
+def _pareto(cands: list[tuple]) -> list[tuple]:
+    """The candidates ``(residual, transient, flops, decision)`` no other one beats in all
+    three costs (ties: the first)."""
+    arr = np.array([c[:3] for c in cands], dtype=np.float64).reshape(-1, 3)
+    keep = []
+    for i in np.lexsort((arr[:, 1], arr[:, 0], arr[:, 2])):  # by flops, then bytes
+        if not any((arr[k] <= arr[i]).all() for k in keep):
+            keep.append(int(i))
+    return [cands[i] for i in keep]
+
+
+def _front(graph: Graph, body: ScanBody, units: list[tuple[int, ...]], max_exhaustive: int,
+           nested: bool):
+    """Pareto-optimal decisions of one scan: ``[(residual, transient, flops, decision)]``;
+    ``decision`` ``None`` leaves the scan as JAX differentiates it (its own residuals, no
+    recomputation: the fewest FLOPs)."""
     exhaustive = len(units) <= max_exhaustive
     if not exhaustive:  # keep the units that save the most recompute per byte kept
-        base = body.cost((), 1)["flops"]
+        empty = body.cost((), 1)
 
         def value(u):
             c = body.cost(u, 1)
-            extra = max(c["iter_bytes"] - body.cost((), 1)["iter_bytes"], 1)
-            return (base - c["flops"]) / extra
+            extra = max(c["iter_bytes"] - empty["iter_bytes"], 1)
+            return (empty["flops"] - c["flops"]) / extra
 
         units = sorted(units, key=value, reverse=True)[:max_exhaustive]
-    cands = []
+    f, bw, res = scan_nodes(graph, body)
+    jax_flops = float(graph.flops_array[[f, *bw]].sum())
+    cands: list[tuple] = [(res, 0, jax_flops, None)]
     for r in range(len(units) + 1):
         for combo in itertools.combinations(units, r):
             saved = frozenset(j for u in combo for j in u)
-            for g in body.groups():
+            for g in (body.groups() if nested else [1]):
                 c = body.cost(saved, g)
                 cands.append((c["residual_bytes"], c["transient_bytes"], c["flops"],
                               ScanDecision(body.leaf, saved, g)))
-    arr = np.array([c[:3] for c in cands], dtype=np.float64)
-    keep = []
-    order = np.lexsort((arr[:, 1], arr[:, 0], arr[:, 2]))  # by flops, then bytes
-    best_bytes = np.inf
-    for i in order:  # a candidate survives if no cheaper-in-FLOPs one uses fewer bytes
-        tot = arr[i, 0] + arr[i, 1]
-        if tot < best_bytes:
-            keep.append(cands[i])
-            best_bytes = tot
-    return keep, exhaustive
+    return _pareto(cands), exhaustive
 
 
 @register("scan_layers")
@@ -82,14 +93,21 @@ class ScanLayers(BasePolicy):
         ``None``: the fewest FLOPs (JAX's own residuals are kept when nothing is decided).
       max_exhaustive: search every subset of up to this many anchor units (2^12 subsets).
       max_combinations: most cross-scan combinations evaluated (graphs with several scans).
+      nested: also consider nested scans (groups of iterations); ``False``: flat scans only,
+        whose plan a single ``jax.checkpoint`` policy expresses (``remat.checkpoint_policy``
+        for ``nn.scan(nn.remat(Block, policy=...))``).
 
-    Plans carry ``meta["scans"]`` (a tuple of :class:`~remat.scans.ScanDecision`), applied by
-    ``remat.value_and_grad`` and exported by ``remat.checkpoint_policy``.
+    Plans carry ``meta["scans"]`` (a tuple of :class:`~remat.scans.ScanDecision`; a scan
+    without one stays as JAX differentiates it), applied by ``remat.value_and_grad`` and
+    exported by ``remat.checkpoint_policy``.  The stages outside the scans run as written
+    (``meta["trim_segments"] = False``: the applier keeps JAX's own residuals there, as the
+    plan's model counts them).
     """
 
     budget: int | str | None = None
     max_exhaustive: int = 12
     max_combinations: int = 20000
+    nested: bool = True
 
     def check_applicable(self, graph: Graph) -> None:
         prog = graph.program
@@ -105,7 +123,7 @@ class ScanLayers(BasePolicy):
         bodies = graph.program.scans
         fronts, exact = [], True
         for body in bodies:
-            f, ex = _front(body, anchor_units(body), self.max_exhaustive)
+            f, ex = _front(graph, body, anchor_units(body), self.max_exhaustive, self.nested)
             fronts.append(f)
             exact &= ex
         best = None
@@ -114,7 +132,7 @@ class ScanLayers(BasePolicy):
             if n >= self.max_combinations:
                 exact = False
                 break
-            decisions = tuple(c[3] for c in combo)
+            decisions = tuple(c[3] for c in combo if c[3] is not None)
             g2 = adjusted_graph(graph, decisions)
             peak = g2.no_remat_peak()
             flops = float(g2.flops_array.sum())
@@ -129,6 +147,23 @@ class ScanLayers(BasePolicy):
                                         "ScanLayers (checkpoint-all outside the scans)")
         (flops, peak), decisions, g2 = best
         return checkpoint_all_plan(graph).with_meta(
-            scans=decisions, status="optimal" if exact else "heuristic",
+            scans=decisions, trim_segments=False, status="optimal" if exact else "heuristic",
             objective=float(g2.costs.sum()), predicted_flops=flops,
             predicted_peak_bytes=int(peak))
+
+
+def frontier(graph: Graph, **options) -> list[tuple[int | None, Plan]]:
+    """Every distinct plan :class:`ScanLayers` returns as the budget falls: ``[(budget,
+    plan)]`` from no budget (the fewest FLOPs) down to its smallest feasible budget, each
+    budget one byte under the previous plan's predicted peak (so no plan is skipped, and each
+    is asked for at a budget it was made for).  ``options``: other :class:`ScanLayers`
+    options (``nested=False``, ...)."""
+    out: list[tuple[int | None, Plan]] = []
+    budget = None
+    while True:
+        try:
+            plan = ScanLayers(budget=budget, **options).plan(graph)
+        except InfeasibleBudgetError:
+            return out
+        out.append((budget, plan))
+        budget = int(plan.meta["peak_bytes"]) - 1

@@ -194,7 +194,7 @@ def _interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
                 ins = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
                 if k in scans:
                     dec, body = scans[k]
-                    vals = bind_scan(e, ins, dec, k, body=body.body)
+                    vals = bind_scan(e, ins, dec, k, body=body)
                 else:
                     vals = bind(e, ins, relative=True)
                 env.update(zip(e.outs, vals))
@@ -426,8 +426,12 @@ def apply_plan(
         raise ExtractionError("the graph carries no forward program (it was not extracted)")
     nfwd = int((~graph.is_backward_array).sum())
     counts = plan.R.sum(axis=0)[:nfwd]
-    segs = plan_segments(prog.forward, prog.fwd_node, counts)
-    interp = _interpreter(prog.forward, segs, scans=_scan_decisions(prog, plan))
+    scan_decisions = _scan_decisions(prog, plan)
+    # a scan planner's plan runs the rest without trimming kept segments (its model counts
+    # JAX's own residuals there)
+    trim = bool(plan.meta.get("trim_segments", not scan_decisions))
+    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+    interp = _interpreter(prog.forward, segs, scans=scan_decisions)
     in_tree = jax.tree_util.tree_structure(tuple(abstract))
     out_tree = prog.fwd_out_tree
 
@@ -643,7 +647,11 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
     It saves a value when the user tagged it with ``checkpoint_name(value, <scope key>)`` and that
     stage is saved: use it with ``jax.checkpoint(f, policy=...)``, ``flax.linen.remat(Module,
     policy=...)`` (also under ``nn.scan``) or ``flax.nnx.remat(..., policy=...)``.  The names are
-    ``policy.saveable_names`` (a frozenset).
+    ``policy.saveable_names`` (a frozenset).  For a scan planner's plan (``plan.meta["scans"]``,
+    :class:`policies.ScanLayers`) it is the scan body's policy instead
+    (:func:`remat.scans.plan_policy`): pass it to ``nn.scan(nn.remat(Block, policy=...))`` or
+    ``jax.checkpoint(body, policy=...)``; it recognises the kept values by primitive, shapes and
+    parameters, no names needed.
 
     Args:
       plan_or_policy: a :class:`~remat.Plan` for ``graph``, or a policy object / registry name
@@ -661,6 +669,10 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
         plan = _make_plan(pol, graph, budget)
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
+    if "scans" in plan.meta:  # a scan planner's plan: the scan body's policy
+        from remat.scans import plan_policy
+
+        return plan_policy(graph, plan.meta["scans"])
     saved = sorted(plan.saved_forward(graph))
     names: set[str] = set()
     prog = getattr(graph, "program", None)

@@ -113,11 +113,20 @@ def residual_bytes(fn: Callable, *args) -> tuple[int, str]:
 
 def step_flops(step: Callable, *args) -> float:
     """FLOPs of ``step(*args)`` counted on its jaxpr with :mod:`remat.flops` (a loop body times
-    its trip count, recomputation included).  XLA's ``cost_analysis()`` counts the body of a
-    ``while`` loop (a compiled ``lax.scan``) once, so it under-counts scanned models."""
+    its trip count, recomputation included), after dead-code elimination (XLA never runs what
+    no output reads, e.g. loop-invariant values JAX hoists out of a scan twice).  XLA's
+    ``cost_analysis()`` counts the body of a ``while`` loop (a compiled ``lax.scan``) once, so
+    it under-counts scanned models."""
+    from jax._src.interpreters import partial_eval as pe
+
     from remat.flops import jaxpr_flops
 
-    return float(jaxpr_flops(jax.make_jaxpr(step)(*args).jaxpr))
+    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+    try:
+        jaxpr, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+    except Exception:  # noqa: BLE001 - private API; count the jaxpr as traced
+        pass
+    return float(jaxpr_flops(jaxpr))
 
 
 _DOT = re.compile(r"\s(dot|convolution)\(")

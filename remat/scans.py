@@ -21,7 +21,15 @@ input (exactly what ``jax.checkpoint(body, policy=save_only_these_names(...))`` 
 
 :func:`bind_scan` evaluates a scan equation under a decision: the body is re-evaluated with
 ``checkpoint_name`` tags on the kept anchors inside ``jax.checkpoint(..., policy=
-save_only_these_names(...))``, and grouped into a nested scan.
+save_only_these_names(...))``, and grouped into a nested scan.  A kept contraction followed by
+a bias add keeps the sum (:meth:`ScanBody.save_point`: same bytes, the add not recomputed).
+:func:`body_policy` / :func:`plan_policy` give the same saved set as a plain ``jax.checkpoint``
+policy for users' own ``nn.scan(nn.remat(...))``; :func:`unroll_scans` is the unrolled view;
+:func:`adjusted_graph` puts a decision's bytes and FLOPs into the training graph.
+
+Length: the analysis, its cost model, the two ways of applying a decision (tags inside
+``jax.checkpoint``, a JAX policy) and the graph view all read the same :class:`ScanBody`
+fields; one module keeps them in step.
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ from remat.frontend import (
 from remat.segments import cheap_leaf
 
 __all__ = ["ScanDecision", "ScanBody", "analyse_scan", "bind_scan", "tag_name", "unroll_scans",
-           "scan_nodes", "adjusted_graph", "body_policy", "anchor_key", "default_groups"]
+           "scan_nodes", "adjusted_graph", "body_policy", "plan_policy", "anchor_key",
+           "default_groups"]
 
 TAG_PREFIX = "remat.scan"
 
@@ -104,6 +113,15 @@ class ScanBody:
       names: per body equation, its scope key (for readable names).
       xs_param_bytes: bytes of one iteration's slice of the stacked inputs that are not
         activations (a layer's parameters).
+      save_at: per anchor (same order as ``anchors``), the body equation whose result is kept
+        when the anchor is saved: the anchor itself, or the end of its bias tail (an ``add``
+        or ``sub`` of a value computed from parameters only, the anchor's sole reader, same
+        shape), so a kept ``x @ w + b`` is not re-added in the backward pass: what
+        MaxText-style ``checkpoint_name`` tags (after the bias) keep, at the same bytes.
+      policy_at: the same for a plain JAX policy (:func:`body_policy`), which recognises an
+        equation by primitive, operand avals and parameters only (:func:`anchor_key`): the
+        anchor itself where the tail looks like another body equation (a LayerNorm's bias
+        add): same bytes kept, the bias add recomputed.
     """
 
     leaf: int
@@ -123,6 +141,20 @@ class ScanBody:
     bwd_flops: float
     names: tuple[str, ...] = ()
     xs_param_bytes: int = 0
+    save_at: tuple[int, ...] = ()
+    policy_at: tuple[int, ...] = ()
+
+    def save_point(self, j: int) -> int:
+        """The body equation whose result is kept when anchor ``j`` is saved."""
+        if self.save_at:
+            return self.save_at[self.anchors.index(j)]
+        return j
+
+    def policy_point(self, j: int) -> int:
+        """The body equation a plain JAX policy keeps for anchor ``j`` (same bytes)."""
+        if self.policy_at:
+            return self.policy_at[self.anchors.index(j)]
+        return j
 
     def groups(self) -> list[int]:
         """Valid group sizes: the divisors of the length."""
@@ -148,6 +180,7 @@ class ScanBody:
         if group < 1 or self.length % group:
             raise InvalidPlanError(f"scan {self.leaf}: group {group} does not divide the length "
                                    f"{self.length}")
+        S = {self.save_point(j) for j in S}
         kept: set[int] = set()
         recompute: set[int] = set()
         inputs: set[int] = set(self.needs_inputs)
@@ -184,7 +217,9 @@ class ScanBody:
     def anchor_name(self, j: int) -> str:
         """Readable name of anchor ``j``: scope and primitive."""
         e = self.body.eqns[j]
-        return f"{self.names[j] + ':' if self.names and self.names[j] else ''}{e.name}#{j}"
+        k = self.save_point(j) if j in self.anchors else j
+        tail = f"+{self.body.eqns[k].name}#{k}" if k != j else ""
+        return f"{self.names[j] + ':' if self.names and self.names[j] else ''}{e.name}#{j}{tail}"
 
 
 # ------------------------------------------------------------------------------ analysis
@@ -288,6 +323,7 @@ def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> S
                     if not cheap_leaf(be) and all(jnp.issubdtype(body.avals[o].dtype, jnp.inexact)
                                                   for o in be.outs))
     act = np.asarray(activation, dtype=bool)
+    save_at, policy_at = _save_points(body, anchors, [bool(a) for a in act])
     carry_bytes = int(sum(aval_bytes(in_avals[i]) for i in range(nc, nc + ncar)))
     xs_param = int(sum(aval_bytes(in_avals[i]) for i in range(nc + ncar, n_in) if not act[i]))
     return ScanBody(
@@ -295,26 +331,79 @@ def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> S
         carry_bytes=carry_bytes, input_is_activation=act, flops=flops, out_bytes=out_bytes,
         anchors=anchors, needs=frozenset(needs), needs_inputs=frozenset(needs_inputs),
         feeds=tuple(feeds), fwd_flops=fwd_flops, bwd_flops=bwd_flops,
-        names=tuple(be.scope for be in body.eqns), xs_param_bytes=xs_param,
+        names=tuple(be.scope for be in body.eqns), xs_param_bytes=xs_param, save_at=save_at,
+        policy_at=policy_at,
     )
+
+
+_TAIL = frozenset({"add", "sub", "add_any"})
+
+
+def _save_points(body: FlatJaxpr, anchors: Sequence[int], activation: Sequence[bool]
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per anchor, the end of its bias tail, for tags and for a JAX policy (see
+    :class:`ScanBody` ``save_at`` and ``policy_at``)."""
+    readers: dict[int, list[int]] = {}
+    for k, be in enumerate(body.eqns):
+        for r in be.ins:
+            if not isinstance(r, Lit):
+                readers.setdefault(r, []).append(k)
+    outs = {r for r in body.out_refs if not isinstance(r, Lit)}
+    act_vals = {v for v, a in zip(body.arg_ids, activation) if a}
+    for be in body.eqns:  # values computed from the batch (the rest: parameters, constants)
+        if any(not isinstance(r, Lit) and r in act_vals for r in be.ins):
+            act_vals.update(be.outs)
+
+    def tail(j: int) -> int:
+        k = j
+        while len(body.eqns[k].outs) == 1:
+            o = body.eqns[k].outs[0]
+            rd = readers.get(o, [])
+            if o in outs or len(rd) != 1:
+                break
+            ne = body.eqns[rd[0]]
+            others = [r for r in ne.ins if isinstance(r, Lit) or r != o]
+            if (ne.name not in _TAIL or len(ne.outs) != 1 or len(others) != len(ne.ins) - 1
+                    or any(not isinstance(r, Lit) and r in act_vals for r in others)):
+                break
+            a, b = body.avals[ne.outs[0]], body.avals[o]
+            if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+                break
+            k = rd[0]
+        return k
+
+    pts = [tail(j) for j in anchors]
+    # a JAX policy recognises an equation by primitive, operand avals and parameters: keep a
+    # tail only when no other body equation looks like it
+    count: dict[tuple, int] = {}
+    for k in range(len(body.eqns)):
+        key = anchor_key(body, k)
+        count[key] = count.get(key, 0) + 1
+    return tuple(pts), tuple(p if count[anchor_key(body, p)] == 1 else j
+                             for j, p in zip(anchors, pts))
 
 
 # ------------------------------------------------------------------------------ application
 def bind_scan(e: LeafEqn, invals: Sequence[Any], decision: ScanDecision, scan_id: int,
-              *, body: FlatJaxpr | None = None) -> list:
+              *, body: ScanBody | FlatJaxpr | None = None) -> list:
     """Evaluate scan equation ``e`` on ``invals`` under ``decision`` (see the module docstring).
 
     The body runs under ``jax.checkpoint(policy=save_only_these_names(...))`` with the kept
-    anchors tagged :func:`tag_name` ``(scan_id, j)``; with ``decision.group > 1`` the scan is
-    nested (the outer body checkpointed with nothing saveable).
+    anchors tagged :func:`tag_name` ``(scan_id, j)`` (at :meth:`ScanBody.save_point` when
+    ``body`` is the analysed :class:`ScanBody`); with ``decision.group > 1`` the scan is nested
+    (the outer body checkpointed with nothing saveable).
     """
     closed, length, nc, ncar = _split_params(e)
     reverse = bool(e.params.get("reverse", False))
     unroll = e.params.get("unroll", 1)
-    fb = body if body is not None else flatten(closed, INLINE_FORWARD)
+    if isinstance(body, ScanBody):
+        fb, point = body.body, body.save_point
+    else:
+        fb = body if body is not None else flatten(closed, INLINE_FORWARD)
+        point = int
     consts, init, xs = (list(invals[:nc]), list(invals[nc:nc + ncar]), list(invals[nc + ncar:]))
-    saved = set(decision.saved)
-    names = [tag_name(scan_id, j) for j in sorted(saved)]
+    tags = {point(j): tag_name(scan_id, j) for j in decision.saved}
+    names = sorted(tags.values())
 
     def step(carry, x):
         env = fb.const_env()
@@ -322,8 +411,8 @@ def bind_scan(e: LeafEqn, invals: Sequence[Any], decision: ScanDecision, scan_id
         for j, be in enumerate(fb.eqns):
             vals = bind(be, [r.val if isinstance(r, Lit) else env[r] for r in be.ins],
                         relative=True)
-            if j in saved:
-                vals = [checkpoint_name(v, tag_name(scan_id, j)) for v in vals]
+            if j in tags:
+                vals = [checkpoint_name(v, tags[j]) for v in vals]
             env.update(zip(be.outs, vals))
         outs = [r.val if isinstance(r, Lit) else env[r] for r in fb.out_refs]
         return outs[:ncar], outs[ncar:]
@@ -441,7 +530,38 @@ def body_policy(body: ScanBody, saved: Sequence[int]):
     themselves: an anchor is recognised by its primitive, operand shapes and dtypes and
     parameters (JAX calls policies with those), so no ``checkpoint_name`` is needed.  Anchors
     that look alike are kept together (:func:`anchor_key`)."""
-    keys = frozenset(anchor_key(body.body, j) for j in saved)
+    keys = frozenset(anchor_key(body.body, body.policy_point(j)) for j in saved)
+
+    def policy(prim, *avals, **params):
+        return _key(prim.name, avals, params) in keys
+
+    policy.keys = keys  # type: ignore[attr-defined]
+    return policy
+
+
+def plan_policy(graph, decisions: Sequence[ScanDecision]):
+    """The plain ``jax.checkpoint`` policy of a scan plan (``remat.checkpoint_policy`` of a
+    :class:`policies.ScanLayers` plan): :func:`body_policy` of each decided scan, their
+    recognised keys united (one policy for every scan body; ``.keys``).  No decision (the plan
+    leaves the scans as JAX differentiates them): every value saveable.  A nested decision
+    (``group > 1``) is not a policy's to express: the policy keeps its per-iteration saved set
+    and a :class:`UserWarning` says so (plan with ``ScanLayers(nested=False)`` instead)."""
+    import warnings
+
+    bodies = {b.leaf: b for b in graph.program.scans}
+    missing = [d.leaf for d in decisions if d.leaf not in bodies]
+    if missing:
+        raise InvalidPlanError(f"scan decisions for forward equations {missing}, which are not "
+                               "scans the graph analysed")
+    if not decisions:
+        return jax.checkpoint_policies.everything_saveable
+    nested = [d for d in decisions if d.group > 1]
+    if nested:
+        warnings.warn(f"the plan nests {len(nested)} scan(s) in groups of "
+                      f"{sorted({d.group for d in nested})} iterations; a jax.checkpoint policy "
+                      "only keeps the per-iteration saved set (plan with "
+                      "ScanLayers(nested=False) for a plan a policy expresses)", stacklevel=3)
+    keys = frozenset().union(*(body_policy(bodies[d.leaf], d.saved).keys for d in decisions))
 
     def policy(prim, *avals, **params):
         return _key(prim.name, avals, params) in keys

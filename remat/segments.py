@@ -141,20 +141,23 @@ def _crossing_bytes(forward: FlatJaxpr) -> np.ndarray:
 
 
 def plan_segments(forward: FlatJaxpr, leaf_node: Sequence[int],
-                  counts: Sequence[int]) -> tuple[Segment, ...]:
+                  counts: Sequence[int], *, trim: bool = True) -> tuple[Segment, ...]:
     """The segment tree of a plan (see the module docstring).
 
     Args:
       forward: the forward program.
       leaf_node: ``int[E]`` forward node of each forward-program equation (non-decreasing).
       counts: ``int[n_fwd]`` how often the plan computes each forward node (0 is read as 1).
+      trim: also checkpoint level-1 segments of kept, safe stages (JAX keeps their boundaries
+        instead of its per-primitive residuals; cheap work is recomputed); ``False``: kept
+        stages run as is, with JAX's own residuals and no recomputation.
     """
     lab = np.asarray(leaf_node, dtype=np.int64)
     cnt = np.maximum(np.asarray(counts, dtype=np.int64), 1)
     if len(cnt) <= (int(lab.max()) if len(lab) else -1):
         cnt = np.concatenate([cnt, np.ones(int(lab.max()) + 1 - len(cnt), dtype=np.int64)])
     cheap = np.array([cheap_leaf(e) for e in forward.eqns], dtype=bool)
-    safe = np.array([safe_leaf(e) for e in forward.eqns], dtype=bool)
+    safe = np.array([trim and safe_leaf(e) for e in forward.eqns], dtype=bool)
     cross = _crossing_bytes(forward)
     return _segments(lab, cnt, cheap, safe, cross, 0, len(lab), 1)
 
