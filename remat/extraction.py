@@ -35,7 +35,12 @@ Dead code and residual preparation
 Costs: ``flops`` from :mod:`remat.flops`; ``time_s``/``energy_j`` from a device profile
 (:mod:`remat.devices`, ``"host"`` by default); ``out_bytes`` = bytes of the stage's values that
 another stage or the program outputs read; ``param_bytes`` = bytes of differentiated arguments the
-stage reads.
+stage reads.  The loss node reaches the first backward node by an edge even when no backward
+equation reads the loss value (``sum(y ** 2)``), so every node of the graph is needed.
+
+Length: one pass from a traced function to a Graph and its Program (the stage functions the
+executor runs); splitting the value bookkeeping from ``extract`` would pass a dozen arrays
+between modules.
 """
 
 from __future__ import annotations
@@ -524,6 +529,18 @@ def extract(
         elif p < 0 and v < n_args:
             node_args[d].append(v)
     edges = sorted({(int(p), int(d)) for p, d in zip(pn[cross].tolist(), rd[cross].tolist())})
+    # The loss value seeds the backward pass (Checkmate's convention).  When no backward node
+    # reads it (``sum(y ** 2)``: the derivative needs ``y`` only) the loss node would be a sink
+    # that chain policies never schedule; an edge to the first backward node keeps it needed
+    # (4 bytes held until the backward starts; the executor's inputs come from the program).
+    lref = out_refs[0] if out_refs else None
+    ln = int(prod_node[lref]) if isinstance(lref, int) else -1
+    if ln >= 0 and not st[ln].is_backward and not any(p == ln for p, _ in edges):
+        first = min((d for _, d in edges if st[d].is_backward and d > ln), default=None)
+        if first is not None:
+            edges = sorted(edges + [(ln, first)])
+            notes.append("no backward node reads the loss value: edge loss -> first backward "
+                         "node added")
 
     out_bytes = [int(vbytes[node_outputs[i]].sum()) if node_outputs[i] else 0 for i in range(n)]
     arg_b = vbytes[:n_args]

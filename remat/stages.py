@@ -11,7 +11,8 @@ Modes (``stages=``):
   previous equation's effective key (an activation written in the parent module right after a
   child ``Dense``) joins that stage, and a leading run of such equations joins the following
   child (:func:`group_keys`).  Contiguous runs of equal effective key are the stages; a trailing
-  run of code outside every module (the loss head) is the stage ``fwd/loss``; other runs outside
+  run of code outside every module (the loss head) is the stage ``fwd/loss`` (a scan in it is a
+  stage of its own, and what precedes the scan joins the stage before); other runs outside
   every module join the module run before them.
 * ``"layer"``: dataflow layers, for code without modules (plain JAX, Flax nnx, pytree
   modules).  A *cut* is a point of the program where at most one *activation* (a value that
@@ -343,6 +344,26 @@ def group_forward(
         units, unit_names = merged, merged_names
     units, unit_names = _isolate_scans(eqns, units, unit_names, scopes)
     loss_stage = None
+    if loss_run is not None and any(eqns[j].name == "scan" for j in range(*loss_run)):
+        # a scan in the code after the last module (a scanned stack written in the top-level
+        # function, as Equinox models do) is a stage of its own too; unscoped code before it
+        # joins the stage before, unless that is a scan; what follows the last scan is the loss
+        pieces, names = _isolate_scans(eqns, [loss_run], ["fwd/loss"], scopes)
+        for (a, b), nm in zip(pieces[:-1], names[:-1]):
+            if nm != "fwd/loss":
+                units.append((a, b))
+                unit_names.append(nm)
+            elif units and eqns[units[-1][0]].name != "scan":
+                units[-1] = (units[-1][0], b)
+            else:
+                units.append((a, b))
+                unit_names.append("fwd/unscoped")
+        if names[-1] == "fwd/loss":
+            loss_run = pieces[-1]
+        else:
+            units.append(pieces[-1])
+            unit_names.append(names[-1])
+            loss_run = None
     if loss_run is not None:
         units = units + [loss_run]
         unit_names = unit_names + ["fwd/loss"]

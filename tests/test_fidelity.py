@@ -118,6 +118,31 @@ def nnx_mlp(L=12, B=64, W=32, seed=0):
     return loss, state, x
 
 
+def linen_sumsq_mlp(L=12, B=256, seed=0):
+    """A Flax linen MLP of ``L`` ``Dense`` + tanh layers of random widths 16..96 whose loss
+    ``jnp.sum(y ** 2)`` is read by no backward node (the derivative needs ``y`` only)."""
+    import flax.linen as nn
+
+    rng = np.random.default_rng(seed)
+    widths = [int(w) for w in rng.integers(16, 97, size=L)]
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for w in widths:
+                x = jnp.tanh(nn.Dense(w)(x))
+            return x
+
+    model = MLP()
+    x = jnp.asarray(rng.normal(size=(B, 24)), jnp.float32)
+    params = model.init(jax.random.PRNGKey(seed), x)
+
+    def loss(p, x):
+        return jnp.sum(model.apply(p, x) ** 2)
+
+    return loss, params, x
+
+
 def equinox_mlp(L=10, B=64, W=32, seed=0):
     """An Equinox MLP of ``eqx.nn.Linear`` layers, parameters split with ``eqx.partition``."""
     import equinox as eqx
@@ -169,6 +194,44 @@ def test_code_without_modules_is_cut_into_layers(make):
     assert expect <= n <= expect + 2, [v.name for v in g.forward_nodes]
 
 
+@pytest.mark.parametrize("make", [linen_sumsq_mlp, nnx_mlp])
+def test_chain_policies_give_valid_plans_from_50_to_90_percent(make):
+    """The issue's linen MLP (random widths, ``sum(y ** 2)`` loss: the loss node used to be
+    left out of ChainDP's and Griewank's schedules, "node never computed: fwd/loss") and the
+    nnx MLP: both chain policies return valid plans within budget at 50%..90%, and the drop-in
+    realises one with the reference gradients."""
+    loss, params, batch = make()
+    g = remat.extract(loss, params, batch)
+    assert g.is_chain()
+    for name in ("chain_dp", "griewank"):
+        for pct in (50, 60, 70, 80, 90):
+            plan = policies.get(name, budget=f"{pct}%").plan(g)
+            plan.validate(g)
+            peak = remat.simulate(g, plan).peak_bytes
+            assert peak <= remat.resolve_budget(f"{pct}%", g), (name, pct)
+            assert plan.R[:, : len(g.forward_nodes)].any(axis=0).all()  # every stage runs
+    ref = jax.jit(jax.value_and_grad(loss))(params, batch)
+    f = remat.value_and_grad(loss, policies.ChainDP(budget="50%"))
+    close(jax.jit(f)(params, batch), ref, rtol=1e-4)
+
+
+def test_scan_after_the_last_module_is_a_stage_of_its_own():
+    """An Equinox net whose scanned stack runs in the top-level ``__call__`` (outside every
+    module scope): the scan is its own stage (the scan planner's unit), not part of the loss."""
+    from generated_models import Spec, build
+
+    spec = Spec(widths=(8, 8, 8), acts=("tanh", "relu", "sigmoid"),
+                kinds=("dense", "dense", "add"), skips=(-1, -1, 0), loss="sumsq",
+                frontend="equinox", scan=3)
+    loss, params, batch = build(spec)
+    g = remat.extract(loss, params, batch)
+    names = [v.name for v in g.forward_nodes]
+    assert names[-2].endswith("[scan x3]") and names[-1] == "fwd/loss", names
+    assert g.meta["node_primitives"][len(names) - 2] == ("scan",)
+    plan = policies.get("scan_layers", budget="90%").plan(g)
+    plan.validate(g)
+
+
 # ----------------------------------------------------------------------------- drop-in
 @pytest.mark.parametrize("make,policy", [
     (tanh_chain, policies.SqrtN()),
@@ -200,10 +263,12 @@ _SCRIPT = textwrap.dedent(
     from test_fidelity import tanh_chain
     loss, ws, x = tanh_chain()
     out = {{}}
-    for name, pol in (("none", None), ("sqrtn", policies.SqrtN())):
+    for name, pol in (("none", None), ("checkpoint_all", policies.CheckpointAll()),
+                      ("sqrtn", policies.SqrtN())):
         m = remat.measure(loss, ws, x, policy=pol, runs=1, executor=False)
         out[name] = dict(temp=m.xla_temp_bytes, res=m.residual_bytes, flops=m.flops,
-                         pred=m.predicted_residual_bytes, warnings=list(m.warnings))
+                         pred=m.predicted_residual_bytes, warnings=list(m.warnings),
+                         survived=m.remat_survived, shapes=[len(ws), *x.shape])
     ref = jax.jit(jax.value_and_grad(loss))(ws, x)
     got = jax.jit(remat.value_and_grad(loss, policies.SqrtN()))(ws, x)
     out["err"] = max(float(abs(a - b).max()) for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(got)))
@@ -215,17 +280,22 @@ _SCRIPT = textwrap.dedent(
 def test_plain_chain_sqrtn_memory_measured_with_xla():
     """The issue's case: a 32-layer ``tanh(x @ w)`` chain (batch 256, width 64) in plain JAX,
     SqrtN through ``remat.value_and_grad``: saved residuals at least 3x and XLA temp (flag on)
-    at least 2x below the unmodified step, gradients equal."""
+    at least 2x below checkpoint-all (both the unmodified step and the ``CheckpointAll``
+    plan applied), gradients equal.  Measured (jax 0.10.2, XLA:CPU): residuals 4.26 MB
+    (unmodified) / 2.03 MB (CheckpointAll) -> 328 KB; temp 2.16 MB -> 787 KB."""
     env = dict(os.environ, XLA_FLAGS=FLAG, JAX_PLATFORMS="cpu")
     code = _SCRIPT.format(tests=os.path.dirname(__file__))
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    none, sq = out["none"], out["sqrtn"]
-    assert none["res"] >= 3 * sq["res"], out
-    assert none["temp"] >= 2 * sq["temp"], out
+    none, ca, sq = out["none"], out["checkpoint_all"], out["sqrtn"]
+    assert sq["shapes"] == [32, 256, 64]
+    for base in (none, ca):
+        assert base["res"] >= 3 * sq["res"], out
+        assert base["temp"] >= 2 * sq["temp"], out
     assert abs(sq["res"] - sq["pred"]) <= 0.1 * sq["pred"] and not sq["warnings"], out
+    assert sq["survived"] is True, out  # the flag took effect: recomputation in the HLO
     assert sq["flops"] > none["flops"]  # the recomputation survived compilation
     assert out["err"] <= 1e-5
 

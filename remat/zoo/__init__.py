@@ -37,12 +37,19 @@ Nothing is downloaded.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from remat.errors import UnknownNameError
 from remat.zoo._common import ModelOptionError, ModelSpec
 
-__all__ = ["ModelSpec", "ModelOptionError", "available", "get", "get_model"]
+__all__ = ["ModelSpec", "ModelOptionError", "UnknownOptionError", "available", "get",
+           "get_model", "option_names"]
+
+
+class UnknownOptionError(UnknownNameError, TypeError):
+    """An option the zoo model does not take; the message lists the ones it does (a
+    ``TypeError`` too, as Python's own unexpected-keyword error)."""
 
 # name -> (module, builder function); modules load on first use.
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -82,9 +89,26 @@ def get_model(name: str, batch_size: int = 8, **options: Any) -> ModelSpec:
 
     Raises:
       UnknownNameError: unknown ``name``.
-      ModelOptionError: an option out of range. ``TypeError`` for an option the model lacks.
+      ModelOptionError: an option out of range.
+      UnknownOptionError: an option the model does not take (lists those it takes).
     """
-    return _builder(name)(batch_size, **options)
+    builder = _builder(name)
+    known = option_names(name)
+    bad = sorted(set(options) - set(known))
+    if bad:
+        raise UnknownOptionError(f"option of zoo model {name!r}", bad[0], list(known))
+    return builder(batch_size, **options)
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The keyword options of zoo model ``name`` besides ``batch_size``.
+
+    Raises:
+      UnknownNameError: unknown ``name``.
+    """
+    sig = inspect.signature(_builder(name))
+    return tuple(p.name for p in sig.parameters.values()
+                 if p.name != "batch_size" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def get(name: str, batch_size: int = 8, **options: Any) -> tuple[Any, Any, Any]:
