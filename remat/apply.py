@@ -36,9 +36,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from remat.context import PolicyContext
 from remat.errors import ExtractionError, InvalidPlanError, RematError
+from remat.fidelity import (
+    FIDELITY_RTOL,
+    Applied,
+    RematFidelityWarning,
+    fidelity_notes,
+    predicted_residual_bytes,
+    realised_residual_bytes,
+    scan_decisions,
+)
 from remat.frontend import Lit, bind
+from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
 from remat.segments import Segment, plan_segments, walk
 
 __all__ = [
@@ -55,82 +64,10 @@ __all__ = [
     "Segment",
     "RematFidelityWarning",
     "FIDELITY_RTOL",
+    "planning_context",
 ]
 
-FIDELITY_RTOL = 0.10
-"""Realised saved bytes above the prediction by more than this fraction raise a warning (below it
-by more than this fraction: a note)."""
-
 _CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated"})
-
-
-class RematFidelityWarning(UserWarning):
-    """The drop-in could not realise the plan exactly (saved bytes differ from the plan's)."""
-
-
-# --------------------------------------------------------------------------- policy resolution
-def resolve_policy(policy: Any, budget: Any = None):
-    """A policy object from ``policy``: ``None``, a registry name, or an object with ``plan``.
-
-    Raises:
-      UnknownNameError: an unknown policy name (listing the registered ones).
-      RematError: ``policy`` is neither a name nor an object with a ``plan`` method.
-    """
-    if policy is None:
-        return None
-    if isinstance(policy, str):
-        import policies
-
-        takes_budget = budget is not None and "budget" in policies.option_names(policy)
-        return policies.get(policy, **({"budget": budget} if takes_budget else {}))
-    if hasattr(policy, "plan") and callable(policy.plan):
-        return policy
-    raise RematError(
-        f"policy must be None, a registry name or an object with .plan(graph, budget); got "
-        f"{type(policy).__name__}"
-    )
-
-
-def _make_plan(pol, graph, budget, ctx=None):
-    """``pol.plan(graph, budget)``, handing ``ctx`` to policies of the contract
-    (:class:`policies.base.BasePolicy`); other objects with a ``plan`` method get the graph and
-    budget only."""
-    from policies.base import BasePolicy
-
-    kw = {} if budget is None else {"budget": budget}
-    if ctx is not None and isinstance(pol, BasePolicy):
-        kw["ctx"] = ctx
-    return pol.plan(graph, **kw)
-
-
-def planning_context(fn: Callable, args: Sequence[Any], graph: Any, *,
-                     argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                     stages: Any = "auto", time_limit: float | None = None) -> PolicyContext:
-    """The :class:`~remat.context.PolicyContext` for planning ``fn`` at ``args``: its
-    ``graph_at(k)`` re-extracts ``fn`` at ``1/k`` of the batch (cached), so a policy may choose
-    ``Plan.microbatches``.
-
-    Raises (from ``graph_at``):
-      MicrobatchError: ``k`` does not divide the batch, or ``fn`` has no batch to split.
-    """
-    from remat.errors import MicrobatchError
-    from remat.extraction import extract
-    from remat.microbatch import microbatch_args
-
-    cache = {1: graph}
-    B = graph.meta.get("batch_size")
-
-    def graph_at(k: int):
-        k = int(k)
-        if k not in cache:
-            if not B or B % k:
-                raise MicrobatchError(f"{k} micro-batches do not divide the batch size {B}")
-            cache[k] = extract(fn, *microbatch_args(tuple(args), argnums, k), stages=stages,
-                               argnums=argnums, has_aux=has_aux)
-        return cache[k]
-
-    return PolicyContext(time_limit=time_limit, graph_at=graph_at, batch_size=B,
-                         batch_coupled=bool(graph.meta.get("batch_coupled", False)))
 
 
 # --------------------------------------------------------------------------- the interpreter
@@ -208,113 +145,6 @@ def _interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
     return fun
 
 
-# --------------------------------------------------------------------------- predictions
-def predicted_residual_bytes(graph, plan) -> int:
-    """Bytes the plan keeps from the forward pass for later use: outputs of forward nodes the
-    plan computes once that a backward node or a recomputed forward node reads (the saved
-    residuals of the rematerialized function, in the graph's model).  A scan with a decision
-    keeps :meth:`remat.scans.ScanBody.cost` ``residual_bytes`` instead of JAX's stacked
-    residuals."""
-    from remat.scans import scan_nodes
-
-    prog = graph.program
-    counts = plan.R.sum(axis=0)
-    is_bwd = graph.is_backward_array
-    later = is_bwd | (counts >= 2)
-    keep = (~is_bwd) & (counts == 1)
-    total = 0
-    seen: set[int] = set()
-    decided = _scan_decisions(prog, plan)
-    for dec, body in decided.values():
-        f, bw, _ = scan_nodes(graph, body)
-        seen.update(v for b in bw for v in prog.node_inputs[b] if prog.producer[v][0] == f)
-        total += body.cost(dec.saved, dec.group)["residual_bytes"]
-    for d in np.flatnonzero(later).tolist():
-        for v in prog.node_inputs[d]:
-            p = prog.producer[v][0]
-            if keep[p] and v not in seen:
-                seen.add(v)
-                total += int(np.prod(prog.avals[v].shape)) * np.dtype(prog.avals[v].dtype).itemsize
-    return total
-
-
-def _realised_residual_bytes(fn, args) -> int:
-    from jax._src.ad_checkpoint import saved_residuals
-
-    res = saved_residuals(fn, *args)
-    return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
-                   for a, d in res if "argument" not in d))
-
-
-# --------------------------------------------------------------------------- the applied object
-@dataclasses.dataclass(frozen=True, eq=False)
-class Applied:
-    """A plan applied to a function at one input signature.
-
-    Attributes:
-      graph: the extracted training graph (at micro-batch size when micro-batching).
-      plan: the policy's plan (``None`` for ``policy=None``).
-      saved: ``plan.saved_forward(graph)`` (forward nodes computed once).
-      segments: the top-level checkpoint segments (see :func:`plan_segments`).
-      fn: the rematerialized function, same signature and outputs as the original.
-      plan_time_s: extraction + planning + set-up time, seconds.
-      recompute_dots: dot/conv equations of checkpointed segments outside their kept stages
-        (:func:`remat.measure` checks that compilation kept the recomputation).
-      predicted_residual_bytes: bytes the plan keeps from the forward pass
-        (:func:`predicted_residual_bytes`), per micro-batch; ``None`` without a plan.
-      residual_bytes: bytes the transformed function really saves for its backward pass
-        (``saved_residuals``, arguments excluded), per micro-batch; ``None`` without a plan.
-      notes: what differs between the plan and its realisation (empty when exact).
-      warnings: the notes that cost memory the plan did not count (also raised as a
-        :class:`RematFidelityWarning`).
-      predicted_flops: FLOPs of one step as the plan runs it (every node's FLOPs times how
-        often the plan computes it), per micro-batch; compare with ``remat.measure``'s
-        ``flops`` (XLA ``cost_analysis``).
-    """
-
-    graph: Any
-    plan: Any
-    saved: frozenset
-    segments: tuple[Segment, ...]
-    fn: Callable
-    plan_time_s: float
-    recompute_dots: int = 0
-    predicted_residual_bytes: int | None = None
-    residual_bytes: int | None = None
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    predicted_flops: float | None = None
-
-    @property
-    def exact(self) -> bool:
-        """The realised saved bytes are within :data:`FIDELITY_RTOL` of the prediction and no
-        part of the plan was approximated."""
-        return not self.notes
-
-    def report(self) -> str:
-        """One paragraph: predicted vs realised saved bytes and the notes."""
-        from remat.errors import format_bytes
-
-        if self.plan is None:
-            return "no plan: plain jax.value_and_grad"
-        s = (f"{self.plan.meta.get('policy')}: predicted saved {format_bytes(self.predicted_residual_bytes)}"
-             f", realised {format_bytes(self.residual_bytes)}")
-        return s + ("" if not self.notes else "; " + "; ".join(self.notes))
-
-
-def _scan_decisions(prog, plan) -> dict:
-    """leaf -> ``(ScanDecision, ScanBody)`` for the plan's scan decisions."""
-    decisions = getattr(plan, "scans", None) or plan.meta.get("scans") or ()
-    bodies = {b.leaf: b for b in prog.scans}
-    out = {}
-    for d in decisions:
-        if d.leaf not in bodies:
-            raise InvalidPlanError(f"scan decision for forward equation {d.leaf}, which is not a "
-                                   "scan the graph analysed")
-        out[d.leaf] = (d, bodies[d.leaf])
-    return out
-
-
 def _abstract(args):
     def f(x):
         if isinstance(x, jax.ShapeDtypeStruct):
@@ -330,46 +160,6 @@ def _abstract(args):
 def _signature(args) -> tuple:
     leaves, tree = jax.tree_util.tree_flatten(args)
     return (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x)))) for x in leaves))
-
-
-def _fidelity(graph, plan, segs, predicted: int, realised: int) -> tuple[list[str], list[str]]:
-    """``(notes, warnings)``: every difference between the plan and its realisation, and those
-    that cost memory the plan did not count (realised saved bytes above the prediction by more
-    than :data:`FIDELITY_RTOL`, approximated paging, kept skip values)."""
-    notes, warn = [], []
-    counts = plan.R.sum(axis=0)
-    if plan.paging:
-        msg = (f"{int(plan.page_out.sum())} page-outs applied as keeping the value on the device "
-               "(remat.execute runs paging for real)")
-        notes.append(msg)
-        warn.append(msg)
-    prog = graph.program
-    fwd = ~graph.is_backward_array
-    seg_of = {}
-    for j, s in enumerate(segs):
-        for node in s.nodes:
-            seg_of.setdefault(node, j)
-    crossing = 0
-    for d in np.flatnonzero(fwd).tolist():
-        for v in prog.node_inputs[d]:
-            p = prog.producer[v][0]
-            if fwd[p] and counts[p] >= 2 and seg_of.get(d, -1) > seg_of.get(p, 1 << 30) \
-                    and p != d - 1:
-                crossing += 1
-    if crossing:
-        notes.append(f"{crossing} value(s) of recomputed stages read across a checkpoint "
-                     "boundary are kept (jax.checkpoint saves segment inputs)")
-    if predicted or realised:
-        rel = (realised - predicted) / max(predicted, 1)
-        if rel > FIDELITY_RTOL:
-            msg = (f"realised saved bytes {realised} exceed the plan's {predicted} by "
-                   f"{100 * rel:.0f}%")
-            notes.append(msg)
-            warn.append(msg)
-        elif rel < -FIDELITY_RTOL:
-            notes.append(f"realised saved bytes {realised} are {100 * -rel:.0f}% below the plan's "
-                         f"{predicted} (cheap elementwise tails of kept stages are recomputed)")
-    return notes, warn
 
 
 def apply_plan(
@@ -413,7 +203,7 @@ def apply_plan(
         if choose_microbatches:
             ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
                                    stages=stages)
-        plan = _make_plan(pol, graph, budget, ctx)
+        plan = make_plan(pol, graph, budget, ctx)
         if plan.microbatches > 1:  # the policy chose micro-batches: its columns are graph_at(k)
             from remat.microbatch import microbatch_args
 
@@ -426,12 +216,12 @@ def apply_plan(
         raise ExtractionError("the graph carries no forward program (it was not extracted)")
     nfwd = int((~graph.is_backward_array).sum())
     counts = plan.R.sum(axis=0)[:nfwd]
-    scan_decisions = _scan_decisions(prog, plan)
+    decisions = scan_decisions(prog, plan)
     # a scan planner's plan runs the rest without trimming kept segments (its model counts
     # JAX's own residuals there)
-    trim = bool(plan.meta.get("trim_segments", not scan_decisions))
+    trim = bool(plan.meta.get("trim_segments", not decisions))
     segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
-    interp = _interpreter(prog.forward, segs, scans=scan_decisions)
+    interp = _interpreter(prog.forward, segs, scans=decisions)
     in_tree = jax.tree_util.tree_structure(tuple(abstract))
     out_tree = prog.fwd_out_tree
 
@@ -449,13 +239,13 @@ def apply_plan(
         and prog.forward.eqns[k].name in _CONTRACTIONS
     )
     loss_only = remat_fn if not has_aux else (lambda *a: remat_fn(*a)[0])
-    realised = _realised_residual_bytes(loss_only, abstract)
+    realised = realised_residual_bytes(loss_only, abstract)
     predicted = predicted_residual_bytes(graph, plan)
-    notes, warns = _fidelity(graph, plan, segs, predicted, realised)
+    notes, warns = fidelity_notes(graph, plan, segs, predicted, realised)
     if warns and warn:
         warnings.warn(f"remat: plan of {plan.meta.get('policy')!r} not realised exactly: "
                       + "; ".join(warns), RematFidelityWarning, stacklevel=3)
-    decided = [d for d, _ in _scan_decisions(prog, plan).values()]
+    decided = [d for d, _ in scan_decisions(prog, plan).values()]
     if decided:
         from remat.scans import adjusted_graph
 
@@ -666,7 +456,7 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
         pol = resolve_policy(plan_or_policy, budget)
         if pol is None:
             raise RematError("checkpoint_policy needs a plan or a policy, got None")
-        plan = _make_plan(pol, graph, budget)
+        plan = make_plan(pol, graph, budget)
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
     if "scans" in plan.meta:  # a scan planner's plan: the scan body's policy
@@ -686,35 +476,3 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
     return jax.checkpoint_policies.save_only_these_names(*sorted(names))
 
 
-def execute_microbatched(
-    fn: Callable,
-    *args,
-    policy: Any = None,
-    budget: Any = None,
-    microbatches: int = 1,
-    argnums: int | Sequence[int] = 0,
-    stages: Any = "auto",
-    reduction: str = "mean",
-):
-    """Extract ``fn`` at micro-batch size, plan with ``policy`` (``None``: checkpoint-all), and
-    run the plan op by op on each micro-batch (:func:`remat.microbatch.execute`).
-
-    Returns:
-      ``(value, grads, MicrobatchStats, graph, plan)``.
-    """
-    from remat import microbatch
-    from remat.extraction import extract
-
-    k = int(microbatches)
-    margs = microbatch.microbatch_args(args, argnums, k) if k > 1 else args
-    graph = extract(fn, *margs, stages=stages, argnums=argnums)
-    pol = resolve_policy(policy, budget)
-    if pol is None:
-        from policies import checkpoint_all_plan
-
-        plan = checkpoint_all_plan(graph)
-    else:
-        plan = _make_plan(pol, graph, budget)
-    plan = dataclasses.replace(plan, microbatches=k)
-    v, g, st = microbatch.execute(graph, plan, *args, argnums=argnums, reduction=reduction)
-    return v, g, st, graph, plan
