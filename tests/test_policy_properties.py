@@ -13,8 +13,8 @@ every budget of :data:`BUDGETS`:
     = 4 x 9 x P x 3 = 108 P (model, policy, budget) cases
 
 with ``P = len(policies.available())``, every policy the registry holds when the test runs:
-1188 cases with the 11 policies of issue 10, 1296 with Melon (``test_case_count`` checks the
-arithmetic; each front end's test checks that every case ran).  A case passes with a plan
+1188 cases with the 11 policies of issue 10, 1512 with the 14 registered now
+(``test_case_count`` checks the arithmetic; each front end's test checks that every case ran).  A case passes with a plan
 that :meth:`remat.Plan.validate` accepts and whose simulated peak is within the budget, or with
 one of :data:`EXPECTED_ERRORS`; any other exception fails it, including the typed errors that
 mean a policy produced a bad plan (``InvalidPlanError``: the wrapper's replay rejected it;
