@@ -371,3 +371,54 @@ def batch_size(args: Sequence[Any], argnums: int | Sequence[int] = 0) -> int | N
                 if n > size:
                     best, size = int(shape[0]), n
     return best
+
+
+_BATCH_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
+                               "reduce_and", "reduce_or", "argmax", "argmin", "cumsum",
+                               "cumprod", "cummax", "cummin", "sort"})
+
+
+def batch_coupled(fj: FlatJaxpr, B: int | None) -> bool:
+    """Whether samples of a batch interact in ``fj`` beyond the final loss reduction.
+
+    Dataflow rule: a value is *batch-reduced* when it comes from a reduction over axis 0 of a
+    value whose leading dimension is ``B`` (``reduce_*``, ``argmax``, ``cumsum``, ``sort``), or
+    from a ``dot_general`` contracting axis 0 of such a value; values computed from batch-reduced
+    values stay batch-reduced.  The program is coupled when a batch-reduced value meets a value
+    with leading dimension ``B`` in one equation (BatchNorm's mean subtracted from its input),
+    not when it only flows to the output (a batch-mean loss).  Micro-batching such a program
+    changes its math, not only its memory.  Only the leading axis is tracked: coupling through a
+    transposed batch axis (an in-batch similarity ``x @ x.T``) is not detected.
+
+    Args:
+      fj: the forward program.
+      B: the batch size (``None`` or 1: ``False``, nothing to split).
+    """
+    if not B or B <= 1:
+        return False
+    avals = fj.avals
+
+    def lead(v) -> bool:
+        if not isinstance(v, int):
+            return False
+        shape = getattr(avals[v], "shape", ())
+        return len(shape) >= 1 and shape[0] == B
+
+    reduced: set[int] = set()
+    for e in fj.eqns:
+        ins = [v for v in e.ins if isinstance(v, int)]
+        tainted = any(v in reduced for v in ins)
+        if tainted and any(lead(v) and v not in reduced for v in ins):
+            return True
+        name = getattr(e.primitive, "name", str(e.primitive))
+        over_batch = False
+        if name in _BATCH_REDUCTIONS and ins and lead(ins[0]):
+            axes = e.params.get("axes", e.params.get("axis", e.params.get("dimension", ())))
+            axes = (axes,) if isinstance(axes, int) else tuple(axes or ())
+            over_batch = 0 in axes
+        elif name == "dot_general" and len(ins) == 2:
+            (lc, rc), _ = e.params["dimension_numbers"]
+            over_batch = (0 in lc and lead(ins[0])) or (0 in rc and lead(ins[1]))
+        if tainted or over_batch:
+            reduced.update(v for v in e.outs if isinstance(v, int))
+    return False

@@ -278,3 +278,25 @@ def test_nn_remat_regions_are_inlined_and_the_plan_decides():
     n_f = sum(p.count("dot_general") for v, p in zip(g.nodes, prims) if not v.is_backward)
     n_b = sum(p.count("dot_general") for v, p in zip(g.nodes, prims) if v.is_backward)
     assert n_b == 2 * n_f - 1  # the first layer's input gradient is dead code
+
+
+def test_batch_coupling_is_detected_from_the_dataflow():
+    """BatchNorm-style statistics over the batch axis couple samples; a batch-mean loss does not
+    (so micro-batching is exact only for the latter: remat.context.PolicyContext.batch_coupled)."""
+    import jax.numpy as jnp
+
+    def bn_loss(w, x):
+        h = x @ w
+        h = (h - h.mean(0)) / (h.std(0) + 1e-5)
+        return jnp.mean(jnp.tanh(h) ** 2)
+
+    def plain_loss(w, x):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    w, x = jnp.ones((8, 8)), jnp.ones((4, 8))
+    assert remat.extract(bn_loss, w, x).meta["batch_coupled"] is True
+    assert remat.extract(plain_loss, w, x).meta["batch_coupled"] is False
+    loss, p, b = remat.zoo.get("resnet18", batch_size=2)
+    assert remat.extract(loss, p, b).meta["batch_coupled"] is True  # flax BatchNorm
+    loss, p, b = remat.zoo.get("mlp", batch_size=4, depth=3, width=16)
+    assert remat.extract(loss, p, b).meta["batch_coupled"] is False
