@@ -8,7 +8,6 @@ import pathlib
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -171,18 +170,10 @@ class HalveBatch(BasePolicy):
         return dataclasses.replace(checkpoint_all_plan(small), microbatches=2)
 
 
-def _mlp(depth=4, width=32, batch=16, seed=0):
-    ks = jax.random.split(jax.random.PRNGKey(seed), depth + 1)
-    ws = [jax.random.normal(k, (width, width)) / np.sqrt(width) for k in ks[:depth]]
-    x = jax.random.normal(ks[-1], (batch, width))
+def _mlp():
+    from test_fidelity import tanh_chain
 
-    def loss(ws, x):
-        h = x
-        for w in ws:
-            h = jnp.tanh(h @ w)
-        return jnp.mean(h ** 2)
-
-    return loss, ws, x
+    return tanh_chain(L=4, B=16, W=32)
 
 
 def test_a_policy_can_choose_microbatches_and_the_drop_in_honours_it():
