@@ -74,11 +74,15 @@ class BasePolicy:
         recomputation under a budget; not for fixed-shape baselines (``SqrtN``, ``RecomputeAll``).
       objective_unit: the unit of ``meta["objective"]`` (``"cost"``: the graph's compute-cost
         units, ``"J"`` for energy objectives).
+      budget_kind: what the budget caps: ``"live_bytes"`` (the replayed peak, the default) or
+        ``"arena_bytes"`` (the plan's pool layout, which fragmentation makes at least the live
+        peak: Melon).
     """
 
     name: ClassVar[str] = "custom"
     shortcut: ClassVar[bool] = False
     objective_unit: ClassVar[str] = "cost"
+    budget_kind: ClassVar[str] = "live_bytes"
 
     # -- what authors write
     def check_applicable(self, graph: Graph) -> None:

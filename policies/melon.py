@@ -277,12 +277,17 @@ class Melon(BasePolicy):
       calibrations: reruns of the simulation with a lowered target when the final pool
         exceeds the budget.
       search_rtol: relative precision of the minimum feasible budget on infeasibility.
+      search_time_s: time box of that search, seconds (``None``: none); the minimum is then a
+        budget the search saw succeed, possibly above the true one.
     """
 
     budget: int | str | None = None
     microbatch: bool = True
     calibrations: int = 8
     search_rtol: float = 1e-2
+    search_time_s: float | None = 30.0
+
+    budget_kind = "arena_bytes"
 
     def _recompute_plan(self, graph: Graph, budget: int) -> Plan | None:
         """Progressive recomputation under ``budget`` bytes of pool, or ``None``."""
@@ -312,7 +317,8 @@ class Melon(BasePolicy):
         def fits(b: int) -> bool:
             return self._recompute_plan(graph, b) is not None
         try:
-            return bisect_min_budget(graph, fits, rtol=self.search_rtol, name="melon")
+            return bisect_min_budget(graph, fits, rtol=self.search_rtol, name="melon",
+                                     time_s=self.search_time_s)
         except SolverError:
             return int(self._pool_only(graph).meta["arena_bytes"])
 

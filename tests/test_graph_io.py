@@ -322,6 +322,8 @@ def make_policy(name: str):
 def test_every_policy_gives_a_valid_plan_at_a_loose_budget(name):
     for g in policy_graphs():
         budget = g.no_remat_peak()  # loose: checkpoint-all fits exactly
+        if getattr(type(make_policy(name)), "budget_kind", "live_bytes") == "arena_bytes":
+            budget = int(1.25 * budget)  # the budget caps a pool layout: room for fragmentation
         try:
             plan = make_policy(name).plan(g, budget=budget)
         except not_applicable_errors():
