@@ -20,6 +20,8 @@ from policies.greedy_remat import GreedyRemat
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
 from policies.melon import Melon
+from policies.nntrainer import NNTrainer
+from policies.olla import Olla
 from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
@@ -30,5 +32,5 @@ __all__ = [
     "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
     "checkpoint_all_plan", "ScanLayers",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Melon",
+    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Olla", "Melon", "NNTrainer",
 ]

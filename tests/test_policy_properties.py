@@ -47,7 +47,8 @@ BUDGETS = (None, "80%", "50%")
 EXPECTED_ERRORS = (InfeasibleBudgetError, NotApplicableError, SolverTimeoutError)
 # solver policies get short limits: the property is "valid or typed error", not optimality
 OPTIONS = {"checkmate": dict(time_limit=1), "poet": dict(time_limit=1),
-           "pebbling": dict(search_time_s=1)}
+           "pebbling": dict(search_time_s=1), "olla": dict(time_limit=2),
+           "melon": dict(search_time_s=2)}
 #: explicit specs run for every front end (``frontend`` filled in): skips, concatenation and a
 #: scanned stack under a loss read by no backward node; a deep plain chain with an MSE head; a
 #: shallow cross-entropy net
