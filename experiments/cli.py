@@ -139,7 +139,7 @@ def cmd_compare(args) -> int:
     if args.plot:
         _plot_compare(rows, g, args.plot)
         print(f"\nplot written to {args.plot}")
-    ok = [r for r in rows if r.get("status") not in ("error", "crash", "infeasible")]
+    ok = [r for r in rows if r.get("status") not in ("error", "crash", "infeasible", "n/a")]
     return 0 if ok else 1
 
 

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from remat.errors import InfeasibleBudgetError, RematError
+from remat.errors import InfeasibleBudgetError, NotApplicableError, RematError
 
 FIELDS = [
     "model", "policy", "budget_spec", "budget_bytes", "no_remat_peak_bytes", "status",
@@ -63,6 +63,8 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
         )
     except InfeasibleBudgetError as exc:
         row.update(status="infeasible", min_feasible_bytes=exc.min_feasible_bytes, error=str(exc))
+    except NotApplicableError as exc:  # another kind of graph, not a failure
+        row.update(status="n/a", error=str(exc))
     except RematError as exc:
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # recorded, never silently dropped

@@ -63,3 +63,14 @@ def test_cli_reports_typed_errors(tmp_path, capsys):
     rc = cli.main(["plan", str(path), "--policy", "checkpoint_all"])
     assert rc == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_a_policy_that_does_not_apply_is_a_row_marked_na():
+    from experiments.harness import evaluate
+
+    dag = remat.make_graph(["a", "b", "c", "gc", "ga"], [(0, 1), (0, 2), (1, 2), (2, 3), (1, 3),
+                                                       (3, 4), (0, 4)],
+                           out_bytes=[1] * 5, time_s=[1.0] * 5,
+                           is_backward=[False] * 3 + [True] * 2)
+    row = evaluate(dag, policies.ChainDP(), "90%")
+    assert row["status"] == "n/a" and "not a chain" in row["error"]
