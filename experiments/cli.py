@@ -40,16 +40,21 @@ def load_plugin(spec: str) -> None:
     import importlib
     import importlib.util
 
+    from remat.errors import RematError
+
     if spec.endswith(".py"):
         name = "remat_plugin_" + os.path.splitext(os.path.basename(spec))[0]
+        if not os.path.exists(spec):
+            raise RematError(f"no plugin file {spec!r}")
         loader = importlib.util.spec_from_file_location(name, spec)
-        if loader is None or not os.path.exists(spec):
-            raise SystemExit(f"remat: error: no plugin file {spec!r}")
         mod = importlib.util.module_from_spec(loader)
         sys.modules[name] = mod
         loader.loader.exec_module(mod)
     else:
-        importlib.import_module(spec)
+        try:
+            importlib.import_module(spec)
+        except ModuleNotFoundError as exc:
+            raise RematError(f"no plugin module {spec!r} ({exc})") from None
 
 
 def _make_policy(name: str, time_limit: float):
@@ -227,13 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_sweep)
     args = p.parse_args(argv)
-    for plug in getattr(args, "plugin", ()):
-        load_plugin(plug)
     if getattr(args, "cmd", None) == "compare" and args.plot is None:
         args.plot = f"compare_{os.path.basename(args.model).split('.')[0]}.png"
     from remat.errors import RematError
 
     try:
+        for plug in getattr(args, "plugin", ()):
+            load_plugin(plug)
         return int(args.fn(args) or 0)
     except RematError as exc:
         print(f"remat: error: {exc}", file=sys.stderr)

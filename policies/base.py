@@ -25,6 +25,7 @@ policy can choose ``Plan.microbatches``.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ class Policy(Protocol):
     def plan(self, graph: Graph, budget: int | str | None = None) -> Plan: ...
 
 
-class BasePolicy:
+class BasePolicy(abc.ABC):
     """Base class of every registered policy (see the module docstring for the contract).
 
     Class attributes a policy may set:
@@ -85,13 +86,15 @@ class BasePolicy:
     budget_kind: ClassVar[str] = "live_bytes"
 
     # -- what authors write
-    def check_applicable(self, graph: Graph) -> None:
-        """Raise :class:`~remat.errors.NotApplicableError` if this policy cannot plan ``graph``."""
+    def check_applicable(self, graph: Graph) -> None:  # noqa: B027 - optional hook, no-op
+        """Raise :class:`~remat.errors.NotApplicableError` if this policy cannot plan ``graph``
+        (default: every graph)."""
 
+    @abc.abstractmethod
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         """The decision: a plan for ``graph`` whose replayed peak is at most ``budget_bytes``
-        (``None``: no limit), or a typed :mod:`remat.errors` exception."""
-        raise NotImplementedError(f"{type(self).__name__}.solve")
+        (``None``: no limit), or a typed :mod:`remat.errors` exception.  Abstract: a policy
+        class without it cannot be instantiated."""
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
         """The graph whose replay gives ``plan``'s memory: ``graph``, or ``ctx.graph_at(k)``

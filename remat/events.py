@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidPlanError
+from remat.errors import InvalidGraphError, InvalidPlanError
 
 __all__ = [
     "COMPUTE",
@@ -199,9 +199,10 @@ def lower_arrays(
     """
     R = np.asarray(R, dtype=bool)
     S = np.asarray(S, dtype=bool)
-    T, n = R.shape
-    sizes = np.asarray(sizes, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    _check_arrays(sizes, e, R, S)
+    T, n = R.shape
     src, dst = e[:, 0], e[:, 1]
     p_in = None if page_in is None else np.asarray(page_in, dtype=bool)
     p_out = None if page_out is None else np.asarray(page_out, dtype=bool)
@@ -268,6 +269,19 @@ def lower_arrays(
     return Events(
         kind=kind, step=step, node=node, bytes=nbytes, live=live, creates=creates, num_steps=T, n=n
     )
+
+
+def _check_arrays(sizes: np.ndarray, e: np.ndarray, R: np.ndarray, S: np.ndarray) -> None:
+    """Typed errors for arrays that do not describe a schedule of one graph."""
+    if R.ndim != 2 or R.shape != S.shape:
+        raise InvalidPlanError(f"R {R.shape} and S {S.shape} must be 2-D of one shape")
+    n = len(sizes)
+    if R.shape[1] != n:
+        raise InvalidPlanError(f"schedule has {R.shape[1]} columns, the graph {n} nodes")
+    if (sizes < 0).any():
+        raise InvalidGraphError("negative output size", node=int(np.flatnonzero(sizes < 0)[0]))
+    if len(e) and (e.min() < 0 or e.max() >= n):
+        raise InvalidGraphError(f"edge endpoint outside 0..{n - 1}")
 
 
 def _nz(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

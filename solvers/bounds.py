@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from remat.errors import InvalidGraphError
+
 __all__ = ["frontier_lower_bound", "node_step_bytes"]
 
 
@@ -23,9 +25,16 @@ def node_step_bytes(sizes: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
     Returns:
       ``need[v] = sizes[v] + sum(sizes[p] for p in preds(v))`` in bytes.
+
+    Raises:
+      InvalidGraphError: a negative size, or an edge naming a node that does not exist.
     """
     sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if (sizes < 0).any():
+        raise InvalidGraphError("negative output size", node=int(np.flatnonzero(sizes < 0)[0]))
+    if len(e) and (e.min() < 0 or e.max() >= len(sizes)):
+        raise InvalidGraphError(f"edge endpoint outside 0..{len(sizes) - 1}")
     need = sizes.copy()
     if len(e):
         e = np.unique(e, axis=0)

@@ -413,3 +413,24 @@ def test_empty_graph_and_steps_without_computes():
     p = remat.Plan(R=R, S=S)
     assert check_against_oracle(g, p)
     assert replay(g, p).step_start_bytes.tolist() == [0, 2, 2]
+
+
+def test_lower_arrays_rejects_arrays_of_another_graph():
+    sizes, edges = np.array([1, 2]), np.array([[0, 1]])
+    R = np.eye(2, dtype=bool)
+    S = np.zeros((2, 2), dtype=bool)
+    with pytest.raises(InvalidPlanError, match="columns"):
+        ev.lower_arrays(sizes, edges, np.ones((2, 3), bool), np.zeros((2, 3), bool))
+    with pytest.raises(InvalidPlanError, match="one shape"):
+        ev.lower_arrays(sizes, edges, R, S[:1])
+    with pytest.raises(remat.errors.InvalidGraphError, match="edge endpoint"):
+        ev.lower_arrays(sizes, np.array([[0, 5]]), R, S)
+    with pytest.raises(remat.errors.InvalidGraphError, match="negative"):
+        ev.lower_arrays(np.array([1, -2]), edges, R, S)
+    from solvers.bounds import frontier_lower_bound
+
+    assert frontier_lower_bound(sizes, edges) == 3  # node 1 runs with node 0's output live
+    with pytest.raises(remat.errors.InvalidGraphError):
+        frontier_lower_bound(sizes, np.array([[0, 5]]))
+    with pytest.raises(remat.errors.InvalidGraphError):
+        frontier_lower_bound(np.array([1, -2]), edges)

@@ -199,3 +199,19 @@ def test_user_microbatches_fix_the_split():
     np.testing.assert_allclose(v, loss(ws, x), rtol=1e-5)
     with pytest.raises(NotApplicableError):  # the user fixed the split: no graph_at
         remat.value_and_grad(loss, HalveBatch(), microbatches=2)(ws, x)
+
+
+def test_a_policy_without_solve_cannot_be_made_and_bad_plugins_are_one_line(capsys, tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class NoDecision(BasePolicy):
+        budget: int | None = None
+
+    with pytest.raises(TypeError, match="solve"):
+        NoDecision()
+    from experiments.cli import main
+
+    path = tmp_path / "c.json"
+    remat.chain_graph(4).to_json(path)
+    for plug in (str(tmp_path / "missing.py"), "no_such_module_xyz"):
+        assert main(["plan", str(path), "--policy", "sqrtn", "--plugin", plug]) == 2
+        assert "remat: error: no plugin" in capsys.readouterr().err
