@@ -6,6 +6,13 @@ The formulation lives in :mod:`solvers.checkmate`; this module turns a :class:`r
 otherwise the cheapest fitting schedule among the solver's own heuristics and, when importable,
 the ``ChainDP`` and ``SqrtN`` policies' plans re-cut into frontier form), and wraps the result
 in a :class:`remat.Plan`.
+
+**Never worse than the best thing tried** (issue 18): every candidate schedule (the solver's own
+heuristics, ChainDP, SqrtN, greedy_remat and pebbling plans re-cut into frontier form) is kept
+with its compute cost; the returned plan is the cheapest of the candidates and the MILP (or LP
+rounding) incumbent.  ``meta["tried"]`` maps each source to its cost (``None``: it did not
+apply or did not fit), ``meta["best_of"]`` names the source returned, and ``lower_bound`` is
+the solver's proven bound, which holds whatever schedule is returned.
 """
 
 from __future__ import annotations
@@ -75,65 +82,91 @@ class Checkmate(BasePolicy):
         b = budget_bytes
         time_limit = ctx.time_left(self.time_limit)
         problem = CheckmateProblem.from_graph(graph, b)
+        warm, source, tried = None, None, {}
         if self.relax == "lp":
 
             def fallback():  # only computed when no rounding fits
-                w, _ = self._warm_start(graph, problem)
+                w, _, _ = self._warm_start(graph, problem)
                 return None if isinstance(w, str) else w
 
             left = max(1.0, time_limit - (time.perf_counter() - t0))
             sol = solve_checkmate_lp(problem, time_limit=left, threads=self.threads,
                                      fallback=fallback if self.warm_start else None)
         else:
-            warm, source = self._warm_start(graph, problem) if self.warm_start else (None, None)
+            warm, source, tried = (self._warm_start(graph, problem) if self.warm_start
+                                   else (None, None, {}))
             warm_s = time.perf_counter() - t0
             left = max(1.0, time_limit - warm_s)  # warm start counts
             sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                   threads=self.threads, backend=self.solver, warm_start=warm)
         meta = dict(sol.meta)
+        R, S, status, objective, best_of = sol.R, sol.S, sol.status, sol.objective, "solver"
+        if self.relax is None and isinstance(warm, tuple):
+            wcost = float(problem.costs @ warm[0].sum(0))
+            if wcost < objective * (1 - 1e-12):  # the incumbent lost to the start it was given
+                R, S, objective, best_of = warm[0], warm[1], wcost, source
+                status = "optimal" if wcost <= sol.lower_bound * (1 + self.mip_gap) else (
+                    "time_limit" if sol.status == "time_limit" else "feasible")
+                meta["note"] = (f"solver incumbent cost {sol.objective:.6g} > warm start "
+                                f"{source} cost {wcost:.6g}; the warm start is returned")
+        meta["tried"] = {**tried, "solver": float(sol.objective)}
+        meta["best_of"] = best_of
         if self.relax is None:
             meta["warm_start_time_s"] = warm_s
             if meta.get("warm_start") == "given":
                 meta["warm_start"] = source
-        meta.update(status=sol.status, gap=sol.gap, objective=sol.objective,
+        gap = (objective - sol.lower_bound) / objective if objective > 0 else 0.0
+        meta.update(status=status, gap=max(0.0, gap), objective=objective,
                     lower_bound=sol.lower_bound, solver_time_s=sol.solve_time_s, build_time_s=sol.build_time_s,
                     node_count=sol.node_count)
-        return Plan(R=sol.R, S=sol.S, meta=meta)
+        return Plan(R=R, S=S, meta=meta)
 
     def _warm_start(self, graph: Graph, problem: CheckmateProblem):
         """The cheapest fitting frontier-form schedule among the solver's heuristics and other
-        policies' plans (``ChainDP``, ``SqrtN``) when those exist and are frontier-form."""
+        policies' plans (``ChainDP``, ``SqrtN``) when those exist and are frontier-form.
+
+        Returns:
+          ``(schedule or "auto", source name, tried)``: ``tried`` maps every candidate source to
+          its compute cost (``None`` when it did not apply, was not frontier-form or did not fit).
+        """
         b = problem.budget
         cands = []
+        tried: dict[str, float | None] = {}
         h = best_heuristic(problem, b)
         if h is not None and h[3] <= b:
             cands.append((h[4], h[1], h[2], h[0]))
+            tried[str(h[0])] = float(h[4])
         import policies
 
         for name in ("chain_dp", "sqrtn"):
             try:
                 other = policies.get(name).plan(graph, budget=b)
             except RematError:  # a best-effort warm start: not a chain, or nothing fits
+                tried[name] = None
                 continue
-            if other.paging or other.R.shape[1] != graph.n:
-                continue
-            ff = to_frontier_form(problem, other.R)
-            if ff is None:
-                continue
-            R, S = normalize(problem, *ff)
-            if schedule_memory(problem, R, S)[0] <= b:
-                cands.append((float(problem.costs @ R.sum(0)), R, S, name))
+            tried[name] = self._candidate(problem, other.R if not other.paging
+                                          and other.R.shape[1] == graph.n else None, name, cands)
         for name, R in _dag_heuristic_plans(graph, b):
-            ff = to_frontier_form(problem, R)
-            if ff is None:
-                continue
-            R, S = normalize(problem, *ff)
-            if schedule_memory(problem, R, S)[0] <= b:
-                cands.append((float(problem.costs @ R.sum(0)), R, S, name))
+            tried[name] = self._candidate(problem, R, name, cands)
         if not cands:
-            return "auto", "auto"
+            return "auto", "auto", tried
         cands.sort(key=lambda c: c[0])
-        return (cands[0][1], cands[0][2]), cands[0][3]
+        return (cands[0][1], cands[0][2]), cands[0][3], tried
+
+    @staticmethod
+    def _candidate(problem: CheckmateProblem, R, name: str, cands: list) -> float | None:
+        """Append ``R`` re-cut into frontier form to ``cands`` when it fits; its cost or None."""
+        if R is None:
+            return None
+        ff = to_frontier_form(problem, R)
+        if ff is None:
+            return None
+        R, S = normalize(problem, *ff)
+        if schedule_memory(problem, R, S)[0] > problem.budget:
+            return None
+        cost = float(problem.costs @ R.sum(0))
+        cands.append((cost, R, S, name))
+        return cost
 
 
 def _dag_heuristic_plans(graph: Graph, budget: int):

@@ -25,6 +25,7 @@ from solvers.checkmate import (
     schedule_memory,
     solve_checkmate,
     solve_checkmate_lp,
+    to_frontier_form,
 )
 
 
@@ -413,3 +414,41 @@ def test_lp_rounding_claims_infeasibility_only_when_proven(monkeypatch, exact):
     expected = InfeasibleBudgetError if exact else SolverTimeoutError
     with pytest.raises(expected):
         sc.solve_checkmate_lp(prob, time_limit=10)
+
+
+def test_policy_never_returns_worse_than_a_candidate_it_tried(chain20, monkeypatch):
+    """When the solver's incumbent is costlier than a schedule tried as a warm start (a
+    rejected warm start, a time-out right after presolve), the cheaper schedule is returned,
+    and every candidate is listed in ``meta["tried"]``."""
+    import policies.checkmate as pc
+    from solvers.checkmate import CheckmateSolution, schedule_cost
+
+    b = remat.resolve_budget("65%", chain20)
+    P = CheckmateProblem.from_graph(chain20, b)
+    fitting = []
+    for name in ("recompute_all", "sqrtn", "greedy_remat", "pebbling"):
+        ff = to_frontier_form(P, policies.get(name).plan(chain20, budget=b).R)
+        if ff is not None:
+            R, S = normalize(P, *ff)
+            if schedule_memory(P, R, S)[0] <= b:
+                fitting.append((schedule_cost(P, R), R, S))
+    worst = max(fitting, key=lambda c: c[0])
+
+    def bad_solver(problem, **kw):  # a valid but poor incumbent with a weak bound
+        peak = schedule_memory(problem, worst[1], worst[2])[0]
+        return CheckmateSolution(worst[1], worst[2], "time_limit", worst[0],
+                                 float(problem.costs.sum()), 0.5, peak, 0.0, 0.0)
+
+    monkeypatch.setattr(pc, "solve_checkmate", bad_solver)
+    plan = policies.get("checkmate", budget=b).plan(chain20)
+    tried = {k: v for k, v in plan.meta["tried"].items() if v is not None}
+    assert "chain_dp" in tried and "solver" in tried
+    assert plan.meta["best_of"] != "solver"
+    rep = remat.simulate(chain20, plan)
+    assert rep.peak_bytes <= b
+    assert rep.compute_time_s == pytest.approx(min(tried.values()))
+    assert rep.compute_time_s < worst[0]
+    # the plan of every other policy tried, planned independently, is no cheaper
+    for name in ("chain_dp", "sqrtn"):
+        other = policies.get(name).plan(chain20, budget=b)
+        assert remat.simulate(chain20, other).compute_time_s >= rep.compute_time_s - 1e-9
