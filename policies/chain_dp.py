@@ -23,7 +23,7 @@ from remat.errors import (
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
-from solvers.chain_dp import ChainProblem, _use_fast, solve_chain
+from solvers.chain_dp import ChainProblem, _use_fast, compiled_available, solve_chain
 
 
 def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
@@ -144,6 +144,8 @@ class ChainDP(BasePolicy):
         iso_peak = int(graph.sizes[iso].max()) if iso else 0
         fast = _use_fast(prob, self.mode)
         kw = dict(max_levels=self.max_levels, mode=self.mode, max_first=self.max_first)
+        if fast and self.max_first is None and compiled_available():
+            return self._solve_compiled(graph, b, prob, fwd, bwd, iso, iso_peak)
         try:
             # fast mode: nearest rounding first (sizes rounded up by up to a level each add up
             # over hundreds of held values); the replayed peak is checked below, and sizes are
@@ -181,6 +183,46 @@ class ChainDP(BasePolicy):
                 if replay(graph, cand, strict=True).peak_bytes <= b:
                     plan = cand
                     break
+        peak = replay(graph, plan, strict=True).peak_bytes
+        if peak > b:
+            raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
+        return plan
+
+    def _solve_compiled(self, graph: Graph, b: int, prob: ChainProblem, fwd, bwd, iso,
+                        iso_peak: int) -> Plan:
+        """Fast mode with the compiled kernels: one DP fill with sizes rounded to the nearest
+        level; when the plan at the top level overshoots the budget on replay, the plans of
+        lower levels come from the same table (1, 2, 4, ... levels lower) instead of new
+        solves; sizes rounded up (always fits) only as the last resort."""
+        from solvers.chain_dp_compiled import _solve_compiled, emit_at
+
+        kw = dict(max_levels=256 if self.max_levels is None else self.max_levels,
+                  table_bytes=2**30, slack_levels=0)
+        try:
+            sol, dp = _solve_compiled(prob, b, rounding="nearest", **kw)
+        except InfeasibleBudgetError as e:
+            raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
+        if iso_peak > b:
+            raise InfeasibleBudgetError(b, max(sol.min_budget, iso_peak), "an isolated stage")
+
+        def build(cost, ops, exact, slack):
+            return plan_from_steps(
+                graph, ops_to_steps(ops, fwd, bwd, iso),
+                status="optimal" if exact else "feasible", dp_cost=cost,
+                min_budget=max(sol.min_budget, iso_peak), dp_unit=sol.unit, exact=exact,
+                dp_mode="fast", dp_levels=dp.Lv, dp_slack_levels=slack,
+            )
+
+        plan = build(sol.cost, sol.ops, sol.exact, 0)
+        slack = 1
+        while not sol.exact and replay(graph, plan, strict=True).peak_bytes > b:
+            got = emit_at(prob, dp, dp.Lv - slack) if slack <= dp.Lv else None
+            if got is None:  # nothing fits with nearest rounding: round sizes up
+                up, _ = _solve_compiled(prob, b, rounding="up", **kw)
+                plan = build(up.cost, up.ops, up.exact, -1)
+                break
+            plan = build(got[0], got[1], False, slack)
+            slack *= 2
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")

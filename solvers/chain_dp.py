@@ -71,8 +71,9 @@ feasible budget comes from the same recursion with ``(min, max)`` in place of ``
 exact, no discretisation.
 
 Fast path (``mode="fast"``, and ``"auto"`` beyond ``AUTO_FAST_ABOVE = 32`` forward values):
-options 1-2 only (rotor's persistent class), vectorised per diagonal in
-:mod:`solvers.chain_dp_fast`.
+options 1-2 only (rotor's persistent class), every first checkpoint tried: compiled level by
+level with numba (:mod:`solvers.chain_dp_kernel`, driver :mod:`solvers.chain_dp_compiled`),
+or, without numba or with ``max_first``, vectorised per diagonal in :mod:`solvers.chain_dp_fast`.
 """
 
 from __future__ import annotations
@@ -437,6 +438,16 @@ def _use_fast(p: ChainProblem, mode: str) -> bool:
     return mode == "fast" or (mode == "auto" and p.K > AUTO_FAST_ABOVE)
 
 
+def compiled_available() -> bool:
+    """True when the numba kernels of :mod:`solvers.chain_dp_kernel` import (fast mode without
+    ``max_first`` then uses them; else the numpy path of :mod:`solvers.chain_dp_fast`)."""
+    try:
+        import solvers.chain_dp_compiled  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 #: ``mode="auto"`` runs the exact recursion (with anchor drops) up to this many forward values
 #: and the fast persistent one beyond.
 AUTO_FAST_ABOVE = 32
@@ -486,6 +497,12 @@ def solve_chain(
       InfeasibleBudgetError: no schedule fits; ``min_feasible_bytes`` is the DP's exact minimum.
     """
     if _use_fast(p, mode):
+        if max_first is None and compiled_available():
+            from solvers.chain_dp_compiled import _solve_compiled
+
+            return _solve_compiled(p, budget, max_levels=256 if max_levels is None else max_levels,
+                                   table_bytes=2**30 if table_bytes is None else table_bytes,
+                                   rounding=rounding, slack_levels=slack_levels)[0]
         from solvers.chain_dp_fast import _solve_fast  # (it imports this module's tables)
 
         return _solve_fast(p, budget, max_levels=256 if max_levels is None else max_levels,

@@ -289,3 +289,65 @@ def test_auto_mode_switches_to_fast_on_long_chains():
     assert ChainDP(budget="50%").plan(g_small).meta["dp_mode"] == "exact"
     assert ChainDP(budget="50%").plan(g_long).meta["dp_mode"] == "fast"
     assert ChainDP(budget="50%", mode="exact").plan(g_long).meta["dp_mode"] == "exact"
+
+
+# --- compiled fast mode (numba kernels, level by level) ----------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_compiled_equals_numpy_and_exact_on_10_to_60_layers(seed):
+    """The default fast path (numba, every first checkpoint) against two independent codes of
+    the same recursion: the numpy diagonal batches (every memory level of the top state) and
+    the exact mode without anchor drops (cost and replayed cost at an unrounded budget)."""
+    from solvers.chain_dp import _Tables, _units
+    from solvers.chain_dp_compiled import _CompiledDP
+    from solvers.chain_dp_fast import _FastDP
+
+    rng = np.random.default_rng(200 + seed)
+    for L in (10, 25, 40, 60):
+        g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 3, L),
+                              bwd_costs=rng.uniform(0.5, 5, L))
+        prob = chain_problem(g)[0]
+        B = max(int(rng.uniform(0.25, 0.7) * g.no_remat_peak()),
+                min_feasible_budget(prob, drop_anchors=False))
+        unit, s, gs, _ = _units(prob, B, 64, "nearest")
+        tb = _Tables(prob, s, gs)
+        npy = _FastDP(tb, prob.bwd_costs, "cost", B // unit)
+        npy.fill()
+        cmp_ = _CompiledDP(tb, prob.bwd_costs)
+        cmp_.fill_cost(B // unit)
+        a = np.array([npy.value(-1, 0, 0, m) for m in range(B // unit + 1)])
+        b = np.array([cmp_.value(-1, 0, 0, m) for m in range(B // unit + 1)])
+        assert np.array_equal(np.isfinite(a), np.isfinite(b))
+        assert a[np.isfinite(a)] == pytest.approx(b[np.isfinite(b)], rel=1e-5)
+        # unrounded: equal to the exact recursion without drops
+        ex = solve_chain(prob, B, mode="exact", drop_anchors=False, max_levels=10**6)
+        fa = solve_chain(prob, B, mode="fast", max_levels=10**6)
+        assert fa.exact and fa.min_budget == min_feasible_budget(prob, drop_anchors=False)
+        assert fa.cost == pytest.approx(ex.cost, rel=1e-6), L
+        if L > 32:  # the default policy (auto -> fast) and mode="exact" (no drops beyond 32)
+            pf = ChainDP(budget=B, max_levels=10**6).plan(g)
+            pe = ChainDP(budget=B, mode="exact", max_levels=10**6).plan(g)
+            assert pf.meta["status"] == pe.meta["status"] == "optimal"
+            rf, re_ = remat.simulate(g, pf), remat.simulate(g, pe)
+            assert rf.peak_bytes <= B and re_.peak_bytes <= B
+            assert rf.compute_time_s == pytest.approx(re_.compute_time_s, rel=1e-9)
+
+
+def test_default_long_chain_fits_and_lower_levels_come_from_one_table(monkeypatch):
+    """Default ChainDP on a 200-layer chain with MiB sizes: the replayed peak fits; the numpy
+    path (no numba) solves the same rounded problem and may not be cheaper at the same level."""
+    import policies.chain_dp as pc
+
+    rng = np.random.default_rng(9)
+    L = 200
+    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L) * 2**20, fwd_costs=rng.uniform(1, 3, L))
+    B = int(0.3 * g.no_remat_peak())
+    plan = ChainDP(budget=B).plan(g)
+    rep = remat.simulate(g, plan)
+    assert rep.peak_bytes <= B and plan.meta["dp_mode"] == "fast"
+    assert rep.compute_time_s == pytest.approx(plan.meta["dp_cost"], rel=1e-9)
+    assert g.costs.sum() - 1e-6 <= rep.compute_time_s
+    monkeypatch.setattr(pc, "compiled_available", lambda: False)
+    old = remat.simulate(g, ChainDP(budget=B).plan(g))
+    assert old.peak_bytes <= B

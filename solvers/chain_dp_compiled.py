@@ -1,0 +1,203 @@
+r"""Driver of the compiled persistent chain DP (:mod:`solvers.chain_dp_kernel`, numba).
+
+:class:`_CompiledDP` lays out the tables of the kernels, fills them and turns the cost table
+into a schedule (:meth:`_CompiledDP.emit`, which re-evaluates a state's options in ``float64``
+and takes the first cheapest in the exact recursion's order: run, hold, split by ``j``).
+:func:`_solve_compiled` is ``solve_chain(mode="fast")`` when numba is importable; it returns the
+filled DP with the solution so that a caller whose replayed peak exceeds the budget (sizes
+rounded to the nearest level) can emit the plan of a lower level from the same table
+(:func:`emit_at`) instead of solving again.  Memory: ``4·(Lv + 1)·2·R`` bytes for ``R ≈ K·M/2``
+live states (``K = M = 1000``, 256 levels: 1.0 GiB) plus ``2·K²`` bytes for ``Q``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from remat.errors import InfeasibleBudgetError, SolverError
+from solvers.chain_dp import (
+    ChainProblem,
+    ChainSolution,
+    _check_recursion,
+    _ops_cost,
+    _Tables,
+    _units,
+)
+from solvers.chain_dp_kernel import fill_cost, fill_mem
+
+INF = np.inf
+
+
+class _CompiledDP:
+    """Tables of the compiled kernels for one size quantisation (``tb``)."""
+
+    def __init__(self, tb: _Tables, bwd_costs: np.ndarray):
+        self.tb, self.bc = tb, np.ascontiguousarray(bwd_costs, dtype=np.float64)
+        K, M, e = tb.K, tb.M, tb.e
+        # live anchors of backward node k: a = -1 .. amax[k] (e is non-increasing in a)
+        live = e[None, :] >= np.arange(M)[:, None]  # [M, K + 1]
+        n = live.sum(axis=1)
+        if np.any(live != (np.arange(K + 1)[None, :] < n[:, None])):
+            raise SolverError("ChainDP: live states do not form anchor prefixes (bug)")
+        x = tb.hi_eff
+        bad = (x >= 0) & (n[np.arange(M)] < np.maximum(x, 0) + 1)
+        if np.any(bad):  # right parts (j, k), j < x, must be live
+            raise SolverError("ChainDP: right parts outside the live states (bug)")
+        self.roff = np.concatenate([[1], 1 + np.cumsum(n)]).astype(np.int64)  # [M + 1]
+        self.n_rows = int(self.roff[-1])
+        # j whose left part starts at backward node e(j) + 1 (CSR over k = 0 .. M)
+        kk = tb.e[1:] + 1  # [K], for j = 0 .. K-1
+        order = np.argsort(kk, kind="stable")
+        self.jlist = np.arange(K, dtype=np.int64)[order]
+        self.jstart = np.searchsorted(kk[order], np.arange(M + 2)).astype(np.int64)
+        nq = np.maximum(K - np.arange(K + 1), 1)
+        self.qoff = np.concatenate([[0], np.cumsum(nq)[:-1]]).astype(np.int64)
+        self.nq = int(nq.sum())
+        # SW[qoff[a + 1] + t - 1]: working memory of the sweep v_a -> v_{a+t} without v_a
+        sw = np.zeros((K + 1, max(K, 1)), dtype=np.int64)
+        sw[:, 0] = tb.s_ext[np.minimum(np.arange(K + 1) + 1, K)]
+        for t in range(2, K + 1):
+            sw[:, t - 1] = np.maximum(sw[:, t - 2], tb.pair[np.minimum(np.arange(-1, K) + t, K - 1)])
+        self.SW = np.ascontiguousarray(sw[np.arange(max(K, 1))[None, :] < nq[:, None]])
+        self.cs = np.concatenate([[0], np.cumsum(tb.s)]).astype(np.int64)
+        self.pad = int(2 * tb.g.max(initial=0) + tb.s.max(initial=0))
+        # cost of sweep a -> j (added to Q)
+        self.Lv = -1
+        self.T = None
+
+    def row(self, a: int, k: int) -> int:
+        tb = self.tb
+        if k >= tb.M or k > tb.e[a + 1]:
+            return 0
+        return int(self.roff[k] + a + 1)
+
+    def _args(self):
+        tb = self
+        t = self.tb
+        return (t.K, t.M, t.s, t.g, t.s_ext, t.g_ext), (t.hi, t.lo, t.hi_eff, t.e, tb.roff,
+                                                          tb.jstart, tb.jlist, tb.qoff, tb.SW)
+
+    def fill_mem(self) -> None:
+        (K, M, s, g, s_ext, g_ext), rest = self._args()
+        T = np.full((2, self.n_rows), INF)
+        T[:, 0] = 0.0
+        Q = np.zeros(self.nq)
+        fill_mem(K, M, s, g, s_ext, g_ext, *rest, T, Q)
+        self.T, self.mode = T, "mem"
+
+    def fill_cost(self, Lv: int) -> None:
+        t = self.tb
+        T = np.full((Lv + 1, 2, self.n_rows), np.float32(INF), dtype=np.float32)
+        T[:, :, 0] = 0.0
+        # Q entries whose left part is finished keep the sweep cost alone
+        a = np.repeat(np.arange(-1, t.K), np.maximum(t.K - np.arange(t.K + 1), 1))
+        tt = np.arange(self.nq) - self.qoff[a + 1] + 1
+        j = np.minimum(a + tt, t.K - 1)
+        Q = (t.cumc[j + 1] - t.cumc[a + 1]).astype(np.float32)
+        fill_cost(t.K, t.M, Lv, t.s, t.g, t.s_ext, t.g_ext, t.cumc, self.bc, t.hi, t.lo, t.hi_eff,
+                  t.e, self.roff, self.jstart, self.jlist, self.qoff, self.SW, self.cs, self.pad,
+                  T, Q)
+        self.T, self.Lv, self.mode = T, Lv, "cost"
+
+    def value(self, a: int, k: int, h: int, mlev: int = 0) -> float:
+        r = self.row(a, k)
+        if self.mode == "mem":
+            return float(self.T[h, r])
+        return INF if mlev < 0 else float(self.T[mlev, h, r])
+
+    def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
+        """Append the schedule of state ``(a, k, h)`` at level ``mlev`` (cost) or of least peak
+        (mem) to ``ops``; first cheapest option in the order run, hold, split by ``j``."""
+        tb, cost = self.tb, self.mode == "cost"
+        while k < tb.M and k <= tb.e[a + 1]:
+            x = int(tb.hi_eff[k])
+            sa = int(tb.s_ext[a + 1])
+            base = sa + int(tb.g_ext[k]) + (int(tb.s[x]) if h else 0)
+            held = {a} | ({x} if h else set())
+            cands = []  # (value, kind, data)
+            if set(tb.need(k)) <= held:
+                need = base + int(tb.g[k])
+                for hp in [0] + ([1] if h and tb.keepable(a, k + 1, x) else []):
+                    c = self.value(a, k + 1, hp, mlev)
+                    v = (self.bc[k] + c if need <= mlev else INF) if cost else max(need, c)
+                    cands.append((v, "run", hp))
+            else:
+                sw = base + tb.sweep_mem(a, x)
+                if not h:
+                    c = self.value(a, k, 1, mlev)
+                    v = ((tb.cumc[x + 1] - tb.cumc[a + 1] + c) if sw[-1] <= mlev else INF) \
+                        if cost else max(int(sw[-1]), c)
+                    cands.append((v, "hold", x))
+                if x - a >= 2:
+                    js = np.arange(a + 1, x)
+                    kk = tb.e[js + 1] + 1
+                    lrow = np.array([self.row(a, int(q)) for q in kk])
+                    rrow = self.roff[k] + js + 1
+                    if cost:
+                        r = (self.T[mlev - sa, h, rrow].astype(float) if mlev >= sa
+                             else np.full(len(js), INF))
+                        l0 = self.T[mlev, 0, lrow].astype(float)
+                        l1 = self.T[mlev, 1, lrow].astype(float)
+                    else:
+                        r, l0, l1 = self.T[h, rrow], self.T[0, lrow], self.T[1, lrow]
+                    keep = (kk < tb.M) & (kk <= tb.e[a + 1]) & (tb.hi_eff[np.minimum(kk, tb.M - 1)] == js)
+                    l1 = np.where(keep, l1, INF)
+                    lft = np.minimum(l0, l1)
+                    swj = sw[: len(js)]
+                    if cost:
+                        v = np.where(swj <= mlev, tb.cumc[js + 1] - tb.cumc[a + 1] + r + lft, INF)
+                    else:
+                        v = np.maximum(np.maximum(swj, r + sa), lft)
+                    i = int(np.argmin(v))
+                    cands.append((float(v[i]), "split", (int(js[i]), int(l1[i] < l0[i]))))
+            v, kind, dat = min(cands, key=lambda c: c[0])
+            if not np.isfinite(v):
+                raise SolverError("ChainDP compiled path: no schedule at this memory level (bug)")
+            if kind == "run":
+                ops.append(("b", k))
+                k, h = k + 1, dat
+            elif kind == "hold":
+                ops.extend(("f", i) for i in range(a + 1, x + 1))
+                h = 1
+            else:
+                j, hp = dat
+                ops.extend(("f", i) for i in range(a + 1, j + 1))
+                self.emit(j, k, h, mlev - sa if cost else 0, ops)
+                k, h = int(tb.e[j + 1]) + 1, hp
+
+
+def emit_at(p: ChainProblem, dp: _CompiledDP, mlev: int) -> tuple[float, tuple] | None:
+    """Schedule of the filled cost table at memory level ``mlev`` (``None`` if none fits)."""
+    if mlev < 0 or not np.isfinite(dp.value(-1, 0, 0, mlev)):
+        return None
+    ops: list[tuple[str, int]] = []
+    dp.emit(-1, 0, 0, mlev, ops)
+    return _ops_cost(p, ops), tuple(ops)
+
+
+def _solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
+                    rounding: str, slack_levels: int) -> tuple[ChainSolution, _CompiledDP]:
+    """:func:`solvers.chain_dp.solve_chain` with the compiled kernels; also returns the DP."""
+    t0 = time.perf_counter()
+    budget = int(budget)
+    _check_recursion(p.K)
+    mdp = _CompiledDP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
+    mdp.fill_mem()
+    mn = int(mdp.value(-1, 0, 0))
+    if budget < mn:
+        raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
+    cap = max(8, int(table_bytes // (4 * 2 * mdp.n_rows)) - 1)
+    unit, s, g, exact = _units(p, budget, min(max_levels, cap), rounding)
+    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
+    dp = _CompiledDP(_Tables(p, s, g), p.bwd_costs)
+    dp.fill_cost(Lv)
+    got = emit_at(p, dp, Lv)
+    if got is None:  # rounding sizes up left nothing: the smallest-peak schedule fits
+        ops: list[tuple[str, int]] = []
+        mdp.emit(-1, 0, 0, 0, ops)
+        got, exact = (_ops_cost(p, ops), tuple(ops)), False
+    sol = ChainSolution(cost=got[0], ops=got[1], min_budget=mn, budget=budget, unit=unit,
+                        exact=bool(exact), solve_time_s=time.perf_counter() - t0)
+    return sol, dp
