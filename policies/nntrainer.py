@@ -3,8 +3,23 @@
 On a :class:`remat.Graph` (a stage graph from :func:`remat.extract`: a node is a layer's forward
 or backward) the execution order is the graph's node order, one node per step (the
 checkpoint-all schedule), and every output lives from its computation to its last reader.  The
-plan's allocations are laid out by NNTrainer's planner (:func:`solvers.nntrainer_plan.optimized_v1`
-by default, any :data:`remat.layout.PLACEMENTS` name) into ``Plan.offsets``.
+plan's allocations (:func:`remat.layout.lifetimes`: a paged-in value is a new allocation from its
+page-in to its free) are laid out by one of NNTrainer's planners into ``Plan.offsets``:
+``placement="auto"`` (default) takes NNTrainer's default ``OptimizedV1Planner``
+(:func:`solvers.nntrainer_plan.optimized_v1`) without swap and its ``OptimizedV3Planner``
+(:func:`solvers.nntrainer_plan.optimized_v3`) with swap; any :data:`remat.layout.PLACEMENTS` name
+or function overrides it.
+
+Why not V1 under swap: V1 is a stack allocator that frees only expired slots on the *top* of the
+stack and otherwise reuses an expired slot of *exactly* the request's size.  Swapping cuts the
+long lives of forward activations into a short first allocation and a late page-in allocation;
+the first allocations expire at the bottom of the stack under still-live ones, so they are never
+popped, and the only exact-size match a page-in finds is its own pre-swap slot.  The layout is
+then the no-swap layout (vgg16 batch 64: 317.3 MB arena with or without swap while the peak drops
+from 228.4 to 101.5 MB; V3 gives 231.7 and 105.6 MB).  NNTrainer itself never needed V1 to shrink:
+with swap its planned offsets are offsets in the swap *file*, and device memory is one ``calloc``
+per resident tensor (notes §4.2), so its device footprint is the resident bytes, which V3's
+first-gap layout approximates within a few percent.
 
 With ``swap`` the idle stretches of each value are paged out to storage, in POET's plan
 representation (``page_out``/``page_in``/``S_aux``; semantics in :mod:`remat.schedule`), so
@@ -117,15 +132,16 @@ class NNTrainer(BasePolicy):
       lookahead: proactive prefetch distance ``k`` (steps, >= 1).
       device: :mod:`remat.devices` profile (name or object) for compute and storage times;
         ``None``: ``"pixel-4"`` (a phone with UFS flash).
-      placement: layout of ``Plan.offsets``: a :data:`remat.layout.PLACEMENTS` name or
-        function (default NNTrainer's ``"nntrainer_v1"``).
+      placement: layout of ``Plan.offsets``: ``"auto"`` (``"nntrainer_v1"`` without swap,
+        ``"nntrainer_v3"`` with swap; see the module docstring), or a
+        :data:`remat.layout.PLACEMENTS` name or function.
     """
 
     budget: int | str | None = None
     swap: bool | str = False
     lookahead: int = 2
     device: Any = None
-    placement: Any = "nntrainer_v1"
+    placement: Any = "auto"
 
     def mode(self) -> str | None:
         """``None`` (no swap), ``"proactive"`` or ``"on_demand"``."""
@@ -178,7 +194,10 @@ class NNTrainer(BasePolicy):
             plan, peak = build(lo)
         elif budget_bytes is not None:
             plan, peak = build(0)
-        plan = allocate(graph, plan, placement=self.placement)
+        placement = self.placement
+        if isinstance(placement, str) and placement == "auto":
+            placement = "nntrainer_v3" if plan.paging else "nntrainer_v1"
+        plan = allocate(graph, plan, placement=placement)
         dev = _device(self.device if self.device is not None else "pixel-4")
         lat = latency(graph, plan, dev, mode or "proactive")
         base = latency(graph, swap_plan(graph, []), dev, "proactive")

@@ -112,6 +112,24 @@ class UnsupportedPrimitiveError(RematError, NotImplementedError):
         super().__init__(text)
 
 
+class PagingError(RematError, RuntimeError):
+    """A page-out or page-in of :func:`remat.execute` failed (storage write/read, transfer back
+    to the device); the original exception is chained as ``__cause__``.
+
+    Attributes:
+      step: the step of the paging event, when known.
+      node: the node whose output was being moved.
+    """
+
+    def __init__(self, message: str, *, step: int | None = None, node: Any = None):
+        self.step = step
+        self.node = node
+        where = [f"step {step}"] if step is not None else []
+        if node is not None:
+            where.append(f"node {node!r}")
+        super().__init__(message + (f" ({', '.join(where)})" if where else ""))
+
+
 class ExtractionError(RematError, ValueError):
     """The function handed to ``remat.extract`` cannot be turned into a training graph
     (non-scalar loss, non-differentiable output, ...)."""

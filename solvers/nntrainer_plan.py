@@ -47,6 +47,7 @@ __all__ = [
     "INPLACE",
     "VIEW",
     "OTHER",
+    "POOL",
     "F",
     "CG",
     "CD",
@@ -55,6 +56,7 @@ __all__ = [
     "Tensors",
     "execution_orders",
     "lifespans",
+    "residency",
     "basic",
     "optimized_v1",
     "optimized_v3",
@@ -64,7 +66,7 @@ __all__ = [
 ]
 
 #: layer kinds of a :class:`LayerChain`
-WEIGHTED, INPLACE, VIEW, OTHER = 0, 1, 2, 3
+WEIGHTED, INPLACE, VIEW, OTHER, POOL = 0, 1, 2, 3, 4
 #: columns of :func:`execution_orders`
 F, CG, CD, AG = 0, 1, 2, 3
 
@@ -79,7 +81,9 @@ class LayerChain(NamedTuple):
       kind: ``int8[N]``: :data:`WEIGHTED` (conv, linear: its CG reads ``X_i``), :data:`INPLACE`
         (elementwise activation whose backward needs only its output: modify-view of its input),
         :data:`VIEW` (flatten/reshape: read-only view), :data:`OTHER` (its CD reads ``X_i``,
-        e.g. pooling).
+        e.g. JAX's max-pool backward), :data:`POOL` (max-pool keeping its argmax, NNTrainer's
+        ``pool_helper``: an index tensor ``I_i`` as large as the output, written at F, read at
+        CD; ``X_i`` is then not kept).
       trainable: ``bool[N]`` or None (default: all).  A non-trainable layer runs CD only (one
         EO for CG, CD, AG), neither keeps ``X_i`` for a CG nor has ``dW_i``.  Weight-free layers
         stay trainable (notes §2.2.4: the sigmoid of Fig. 5 has its own CD).
@@ -160,7 +164,8 @@ def lifespans(chain: LayerChain, *, grad_clip: bool = False, merge: bool = True)
     also by the loss at EO ``N``.  ``D_j`` (gradient w.r.t. ``X_j``, ``j >= 1``) is written at
     layer ``j``'s CD (by the loss at EO ``N`` for ``D_N``) and read at CG and CD of layer
     ``j - 1``.  ``W_i`` lives over every EO; ``dW_i`` over ``{CG_i, AG_i}`` (to the last EO with
-    ``grad_clip``).  Merges (``merge=True``): X's in forward order, D's in backward order, an
+    ``grad_clip``); a :data:`POOL` layer's index ``I_i`` over ``{F_i, CD_i}``.  Merges
+    (``merge=True``): X's in forward order, D's in backward order, an
     :data:`INPLACE` layer's output (derivative: input derivative) joins its input (output
     derivative) when ``min EO(new) >= max EO(target)``; a :data:`VIEW` layer's always do.
     """
@@ -205,6 +210,8 @@ def lifespans(chain: LayerChain, *, grad_clip: bool = False, merge: bool = True)
         s |= {int(eo[j - 1, CG]), int(eo[j - 1, CD])}
         D[j] = add(f"D{j}", s, out[j - 1])
     for i in range(n):
+        if kind[i] == POOL:
+            add(f"I{i}", {int(eo[i, F]), int(eo[i, CD])}, out[i])
         if wb[i] > 0:
             add(f"W{i}", set(range(last + 1)), wb[i], True)
             if tr[i]:
@@ -242,6 +249,27 @@ def lifespans(chain: LayerChain, *, grad_clip: bool = False, merge: bool = True)
     return Tensors([names[a] for a in roots], [members[a] for a in roots], e, iv,
                    np.array([size[a] for a in roots], dtype=np.int64),
                    np.array([weight[a] for a in roots], dtype=bool))
+
+
+def residency(chain: LayerChain, *, grad_clip: bool = False) -> np.ndarray:
+    """Bytes a step needs resident at each EO: the merged tensors (:func:`lifespans`) whose EO
+    set contains it, a weight ``W_i`` only at its own layer's EOs (``F, CG, CD, AG``).
+
+    With whole-tensor swapping and no recomputation nothing less can be resident at that EO, so
+    the maximum is the lower bound of any swap schedule (the paper's "theoretical" residency,
+    32.14 MiB at ``c2:CD`` of its VGG16, Sec. 5.2).
+
+    Returns:
+      ``int64[E]`` bytes per EO, ``E = max EO + 1``.
+    """
+    t = lifespans(chain, grad_clip=grad_clip)
+    eo = execution_orders(chain.n, chain.trainable_array(), grad_clip=grad_clip)
+    out = np.zeros(int(eo.max(initial=-1)) + 1, dtype=np.int64)
+    for name, e, size in zip(t.names, t.eos, t.sizes.tolist()):
+        if name.startswith("W"):
+            e = np.unique(eo[int(name[1:])])
+        out[np.unique(e)] += size
+    return out
 
 
 # ------------------------------------------------------------------------------- planners

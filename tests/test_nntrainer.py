@@ -21,6 +21,7 @@ from solvers.nntrainer_plan import (
     INPLACE,
     OTHER,
     PLANNERS,
+    POOL,
     VIEW,
     WEIGHTED,
     LayerChain,
@@ -29,6 +30,7 @@ from solvers.nntrainer_plan import (
     lifespans,
     optimized_v1,
     planner_table,
+    residency,
     swap_latency,
 )
 
@@ -163,3 +165,100 @@ def test_swap_budget():
     assert isinstance(policies.get("nntrainer", swap="on_demand"), NNTrainer)
     with pytest.raises(InvalidPlanError):
         NNTrainer(swap="sometimes").plan(g)
+
+
+def test_async_paging_same_memory_and_grads_as_sync(monkeypatch):
+    """The executor's background transfers (write-behind, prefetch at the plan's page-ins)
+    change nothing but timing: gradients equal jax.value_and_grad of the original, and the
+    measured live-bytes timeline (a page-in counted from its start) is the synchronous one,
+    within 5% of the simulator's peak.  Reads are slowed down so that page-ins are still under
+    way when the next samples are taken."""
+    import time
+
+    import remat.executor as ex
+
+    load = ex._load
+
+    def slow_load(stored):
+        time.sleep(0.02)
+        return load(stored)
+
+    monkeypatch.setattr(ex, "_load", slow_load)
+    params, batch, g = _mlp()
+    rv, rg = jax.value_and_grad(relu_mlp_loss)(params, batch)
+    p = NNTrainer(swap=True, lookahead=2).plan(g)
+    sim = remat.simulate(g, p)
+    runs = {m: remat.execute(g, p, params, batch, paging=m) for m in ("async", "sync")}
+    for m, (value, grads, st) in runs.items():
+        _assert_close(value, rv)
+        _assert_close(grads, rg)
+        assert st.paging == m
+        assert st.bytes_paged_out + st.bytes_paged_in == st.bytes_paged == sim.bytes_paged > 0
+        assert st.bytes_paged_out == int(p.page_out.sum(0) @ g.sizes)
+        assert abs(st.peak_bytes - sim.peak_bytes) <= 0.05 * sim.peak_bytes
+    a, s = runs["async"][2], runs["sync"][2]
+    np.testing.assert_array_equal(a.timeline["live_bytes"], s.timeline["live_bytes"])
+    assert a.peak_bytes == s.peak_bytes
+    assert s.page_wait_s > 0  # synchronous transfers are all waiting time
+    _, _, none = remat.execute(g, NNTrainer().plan(g), params, batch)
+    assert none.paging == "none" and none.bytes_paged == 0
+
+
+@pytest.mark.parametrize("where", ["_store", "_load"])
+def test_paging_failure_is_typed_and_threads_joined(monkeypatch, where):
+    import threading
+
+    import remat.executor as ex
+    from remat.errors import PagingError
+
+    params, batch, g = _mlp()
+    p = NNTrainer(swap=True, lookahead=1).plan(g)
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ex, where, broken)
+    with pytest.raises(PagingError) as e:
+        remat.execute(g, p, params, batch, paging="async")
+    assert isinstance(e.value.__cause__, OSError) and e.value.node is not None
+    assert not [t for t in threading.enumerate() if t.name.startswith("remat-page")]
+    with pytest.raises(PagingError):
+        remat.execute(g, p, params, batch, paging="sync")
+    with pytest.raises(InvalidPlanError):
+        remat.execute(g, p, params, batch, paging="later")
+
+
+def test_swap_layout_reflects_swap():
+    """A swap plan's arena is laid out on its device lifetimes (a page-in is a new allocation):
+    it shrinks with the peak (NNTrainer's V3 planner under swap, V1 without)."""
+    _, _, g = _mlp()
+    none = NNTrainer().plan(g)
+    for kw in (dict(swap=True, lookahead=1), dict(swap="on_demand")):
+        p = NNTrainer(**kw).plan(g)
+        assert p.meta["layout"] == "nntrainer_v3"
+        assert p.meta["peak_bytes"] <= p.meta["arena_bytes"] < none.meta["arena_bytes"]
+        assert p.meta["arena_bytes"] <= 1.2 * p.meta["peak_bytes"]
+        lt = remat.layout.lifetimes(p.validate(g))
+        validate(lt.intervals, lt.sizes, p.offsets)
+    assert NNTrainer(swap=True, placement="nntrainer_v1").plan(g).meta["layout"] == "nntrainer_v1"
+
+
+def test_residency_bound_paper_c2_cd():
+    """conv -> relu (in place) -> conv -> relu -> max-pool keeping its argmax: the residency at
+    the second conv's CD is its incoming and outgoing derivatives plus its weight (the paper's
+    32.14 MiB = 16 + 16 MiB + 147 KiB for vgg16's c2 at batch 64, 32x32x64)."""
+    act, w1, w2, pooled = 64 * 32 * 32 * 64 * 4, (27 * 64 + 64) * 4, (576 * 64 + 64) * 4, 2**22
+    ch = LayerChain(64 * 32 * 32 * 3 * 4, np.array([act, act, act, act, pooled]),
+                    np.array([w1, 0, w2, 0, 0]),
+                    np.array([WEIGHTED, INPLACE, WEIGHTED, INPLACE, POOL]))
+    res = residency(ch)
+    eo = execution_orders(ch.n)
+    assert res[eo[2, CD]] == 2 * act + w2
+    assert round(res[eo[2, CD]] / 2**20, 2) == 32.14
+    t = lifespans(ch)
+    assert "I4" in t.names  # the pool's index tensor, read at its CD
+    at = dict(zip(t.names, range(len(t.names))))
+    x4 = next(k for k, m in enumerate(t.members) if "X4" in m)
+    assert eo[4, CD] not in t.eos[x4].tolist()  # the pool's input is not kept for its CD
+    assert t.eos[at["I4"]].tolist() == [eo[4, 0], eo[4, CD]]
+    assert res.max() == 2 * act + 2 * w2  # at CG of c2: its input, derivative, W and dW

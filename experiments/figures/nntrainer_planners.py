@@ -4,12 +4,18 @@ Writes ``experiments/results/nntrainer_planners.csv``, tidy rows of two tables:
 
 * ``table=swap``: vgg16 (batch 64, 32x32x3, stage graph) under the ``nntrainer`` policy with no
   swap, proactive swap (lookahead 1 and 2) and on-demand swap: replayed peak bytes, planned arena
-  bytes (``nntrainer_v1``), bytes paged, modelled latency (s) and overhead vs no swap on the
-  ``pixel-4`` profile (UFS flash), and the max-live bound of the no-swap schedule.
-* ``table=planner``: arena bytes of NNTrainer's planners (basic, optimized v1, v3), first-fit and
-  Melon's pool against the max-live lower bound, on the checkpoint-all allocations of zoo stage
-  graphs, and on NNTrainer's own EO tensor model (:mod:`solvers.nntrainer_plan`) of the vgg16
-  layer chain (conv + in-place ReLU, max-pool, flatten view, FC), weights included.
+  bytes (``arena_bytes``, the policy's ``placement="auto"``: ``layout`` is ``nntrainer_v1``
+  without swap, ``nntrainer_v3`` with swap) and the arena of ``nntrainer_v1`` on the same plan
+  (``arena_v1_bytes``: it does not shrink with swap, see :mod:`policies.nntrainer`), bytes
+  paged, modelled latency (s) and overhead vs no swap on the ``pixel-4`` profile (UFS flash),
+  and the max-live bound of the no-swap schedule.  (Executed peaks of the same plans:
+  ``nntrainer_vgg16.py``.)
+* ``table=planner``: arena bytes of NNTrainer's planners (basic, optimized v1, v3), first-fit,
+  Melon's pool and OLLA's address ILP (``policies.olla.olla_placement``, 10 s per graph, one
+  thread; ``status`` its solver status) against the max-live lower bound, on the checkpoint-all
+  allocations of zoo stage graphs, and on NNTrainer's own EO tensor model
+  (:mod:`solvers.nntrainer_plan`) of the vgg16 layer chain (conv + in-place ReLU, max-pool,
+  flatten view, FC), weights included.
 
     python experiments/figures/nntrainer_planners.py [--quick]
 """
@@ -25,7 +31,7 @@ import numpy as np
 import policies
 import remat
 import solvers.melon_pool  # noqa: F401  (registers the "melon" placement)
-from remat.layout import PLACEMENTS, lifetimes, max_live_lower_bound
+from remat.layout import PLACEMENTS, lifetimes, max_live_lower_bound, validate
 from solvers.nntrainer_plan import (
     INPLACE,
     OTHER,
@@ -39,7 +45,8 @@ from solvers.nntrainer_plan import (
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "results" / "nntrainer_planners.csv"
 FIELDS = ("table", "model", "batch_size", "variant", "peak_bytes", "arena_bytes", "bound_bytes",
-          "bytes_paged", "latency_s", "latency_overhead", "nodes")
+          "bytes_paged", "latency_s", "latency_overhead", "nodes", "layout", "arena_v1_bytes",
+          "status")
 
 
 def vgg16_chain(batch: int, size: int = 32, width: int = 64, fc: int = 4096,
@@ -89,15 +96,20 @@ def swap_rows(batch: int):
     for name, kw in variants.items():
         p = policies.get("nntrainer", device="pixel-4", **kw).plan(g)
         m = p.meta
+        v1 = policies.get("nntrainer", device="pixel-4", placement="nntrainer_v1", **kw).plan(g)
         yield dict(table="swap", model="vgg16", batch_size=batch, variant=name,
                    peak_bytes=m["peak_bytes"], arena_bytes=m["arena_bytes"], bound_bytes=bound,
+                   layout=m["layout"], arena_v1_bytes=v1.meta["arena_bytes"],
                    bytes_paged=m["bytes_paged"], latency_s=round(m["latency_s"], 6),
                    latency_overhead=round(m["latency_overhead"], 4), nodes=g.n)
 
 
 def planner_rows(models, batch: int):
     """The ``table=planner`` rows: each placement's arena vs the bound."""
-    placements = {**PLANNERS, "melon": PLACEMENTS["melon"]}
+    from policies.olla import olla_placement
+
+    olla = olla_placement(time_limit=10.0, threads=1)
+    placements = {**PLANNERS, "melon": PLACEMENTS["melon"], "olla": olla}
     for name in models:
         opts = dict(image_size=32) if name in ("vgg16", "resnet18") else {}
         fn, params, data = remat.zoo.get(name, batch_size=batch, abstract=True, **opts)
@@ -107,9 +119,12 @@ def planner_rows(models, batch: int):
         for v, fnp in placements.items():
             arena = table.get(v)
             if arena is None:
-                arena = int((fnp(lt.intervals, lt.sizes) + lt.sizes).max(initial=0))
+                off = np.asarray(fnp(lt.intervals, lt.sizes))
+                validate(lt.intervals, lt.sizes, off)
+                arena = int((off + lt.sizes).max(initial=0))
+            status = olla.last.status if v == "olla" else ""
             yield dict(table="planner", model=name, batch_size=batch, variant=v,
-                       arena_bytes=arena, bound_bytes=table["bound"], nodes=g.n)
+                       arena_bytes=arena, bound_bytes=table["bound"], nodes=g.n, status=status)
     t = lifespans(vgg16_chain(batch))
     table = planner_table(t.intervals, t.sizes)
     for v in PLANNERS:

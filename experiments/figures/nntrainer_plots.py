@@ -1,0 +1,107 @@
+"""NNTrainer figures from the result tables (no computation of their own).
+
+* ``figures/nntrainer_planners.png``: arena of every planner over the max-live lower bound, per
+  graph (``table=planner`` rows of ``experiments/results/nntrainer_planners.csv``): NNTrainer's
+  basic, optimized V1 and V3, first-fit, Melon's pool and OLLA's address ILP.
+* ``figures/nntrainer_swap.png``: peak memory vs modelled latency overhead of vgg16 (batch 64,
+  32x32x3) with no swap, proactive (k = 1, 2) and on-demand swap, simulated and measured by the
+  executor (``experiments/results/nntrainer_vgg16.csv``), with the lower bounds and the paper's
+  points (Sec. 5.2: 181 / 71 / 51 MiB at +0 / +20.1 / +35.5 %, bound 32.14 MiB; the paper's
+  peaks include an 11 MiB framework baseline, ours count intermediate values only).
+
+    python experiments/figures/nntrainer_plots.py
+"""
+
+from __future__ import annotations
+
+import csv
+import pathlib
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RES = ROOT / "experiments" / "results"
+FIG = ROOT / "figures"
+MIB = 2**20
+PLANNERS = (("basic", "NNTrainer basic"), ("optimized_v1", "NNTrainer optimized V1"),
+            ("optimized_v3", "NNTrainer V3 (first gap)"), ("first_fit", "first-fit"),
+            ("melon", "Melon pool"), ("olla", "OLLA address ILP"))
+
+
+def _rows(name: str) -> list[dict]:
+    with open(RES / name, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def planners_figure() -> pathlib.Path:
+    rows = [r for r in _rows("nntrainer_planners.csv") if r["table"] == "planner"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    w = 0.8 / len(PLANNERS)
+    for k, (v, label) in enumerate(PLANNERS):
+        ys, xs = [], []
+        for m, model in enumerate(models):
+            r = next((r for r in rows if r["model"] == model and r["variant"] == v), None)
+            if r is not None:
+                xs.append(m + (k - (len(PLANNERS) - 1) / 2) * w)
+                ys.append(int(r["arena_bytes"]) / int(r["bound_bytes"]))
+        ax.bar(xs, ys, w, label=label)
+    ax.axhline(1.0, color="k", lw=1, ls="--", label="max-live lower bound")
+    labels = []
+    for model in models:
+        r = next(r for r in rows if r["model"] == model)
+        labels.append(f"{model}\n(batch {r['batch_size']}, bound {int(r['bound_bytes']) / MIB:.1f} MiB)")
+    ax.set_xticks(np.arange(len(models)), labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
+    ax.set_ylabel("arena / lower bound (log)")
+    ax.set_title("Planner arenas on checkpoint-all lifetimes (zoo stage graphs) and NNTrainer's EO model")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    FIG.mkdir(exist_ok=True)
+    out = FIG / "nntrainer_planners.png"
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def swap_figure() -> pathlib.Path:
+    rows = _rows("nntrainer_vgg16.csv")
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    for r in rows:
+        x = 100 * float(r["latency_overhead"])
+        ax.scatter(x, int(r["sim_peak_bytes"]) / MIB, marker="o", s=50, color="C0")
+        ax.scatter(x, int(r["exec_peak_bytes"]) / MIB, marker="x", s=60, color="C3")
+        ax.annotate(r["variant"], (x, int(r["sim_peak_bytes"]) / MIB), textcoords="offset points",
+                    xytext=(6, 4), fontsize=8)
+    ax.scatter([], [], marker="o", color="C0", label="ours, simulated peak")
+    ax.scatter([], [], marker="x", color="C3", label="ours, executor-measured peak")
+    paper = [(0.0, 181, "no swap"), (20.1, 71, "proactive"), (35.5, 51, "on-demand")]
+    ax.scatter([p[0] for p in paper], [p[1] for p in paper], marker="s", facecolors="none",
+               edgecolors="C2", s=50, label="paper (incl. 11 MiB baseline)")
+    r0 = rows[0]
+    for key, label, color in (("stage_bound_bytes", "bound, this stage graph", "C0"),
+                              ("eo_bound_bytes", "bound, EO model (fc 4096)", "C1"),
+                              ("eo_c2cd_paper_bytes", "bound, paper's c2:CD (32.14 MiB)", "C2")):
+        ax.axhline(int(r0[key]) / MIB, ls="--", lw=1, color=color, label=label)
+    ax.set_xlabel("modelled latency overhead vs no swap (%)")
+    ax.set_ylabel("peak memory (MiB)")
+    ax.set_title(f"vgg16, batch {r0['batch_size']}, 32x32x3: swap variants (pixel-4 profile)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    FIG.mkdir(exist_ok=True)
+    out = FIG / "nntrainer_swap.png"
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+if __name__ == "__main__":
+    print(planners_figure())
+    print(swap_figure())
