@@ -7,7 +7,8 @@ index order; step ``t`` first recomputes, in index order, every missing input of
 their missing inputs recursively (Algorithm 1 lines 13-19), then node ``t``.  After each op the
 pool is checked: the *projected* lifetimes of the whole iteration (past allocations as they
 were, resident values until their last reader, future nodes as in the original schedule) are
-laid out with the lifetime-aware pool (:func:`solvers.melon_pool.lifetime_aware`), and
+laid out with the lifetime-aware pool (:func:`solvers.melon_pool.lifetime_aware`, then
+``refine_iters`` local-search moves of :func:`solvers.melon_pool.refine`), and
 ``pool.size(now)`` is ``max(offset + size)`` over the allocations live now (bytes; the
 address-aware size, not the sum of live sizes).  While it exceeds the budget (``>``, the
 prose; line 6's ``>=`` is an erratum) the resident value of maximal Eq. (1)
@@ -23,8 +24,11 @@ inputs of the ops left in the step and the next op's inputs (Algorithm 1's ``ski
 ties go to the lowest node index.
 
 The steps become a legal plan (:func:`policies.from_checkpoints.plan_from_steps`, which frees an
-evicted value right after its last read), whose event program is laid out with both pool variants
-(best-fit and lowest-address); the smaller pool is ``Plan.offsets``.  Should that pool still
+evicted value right after its last read), whose event program is laid out with the refined pool
+:func:`solvers.melon_pool.melon_pool` (longest-lifetime-first greedy, both fits, plus a local
+search; on-demand's first-fit layout is one of its seeds, so the pool is never worse than
+on-demand's); that is ``Plan.offsets``, and ``meta["greedy_arena_bytes"]`` keeps the paper's raw
+greedy pool for comparison.  Should that pool still
 exceed the budget (the simulation's projection differs from the final lifetimes), the
 simulation is rerun with its target lowered by the overshoot ("calibration", at most
 ``calibrations`` times).
@@ -40,6 +44,15 @@ with A the values resident under the old plan, C those the pool shrink cuts off
 ``(A - C) ∩ B``, recomputes ``B - (A - C)`` (the notes' correction of the paper's
 ``C - (A - B)``) and moves the kept values to their new offsets, and compares the modelled cost
 with stop-restart (rerunning the new plan from its first op up to the same point).
+``Adaptation.stitched`` (:func:`stitch`) is the whole iteration as one executable plan: the old
+plan's steps before the switch, one step recomputing ``B - (A - C)``, the new plan's remaining
+steps; it keeps the surviving tensors at their old offsets when the rest fits around them
+within the new budget (``meta["stitch_layout"] == "in_place"``, no memcpy), else it lays out
+everything live from the switch on afresh (``"relayout"``).
+
+Length: one module holds the policy and its three stages (progressive-recomputation simulation,
+micro-batch rule, budget adaptation with the stitched plan), which share the simulation state
+and the pool layout; splitting them would scatter the paper's Algorithm 1 over files.
 """
 
 from __future__ import annotations
@@ -60,36 +73,43 @@ from policies.from_checkpoints import plan_from_steps
 from remat.errors import InfeasibleBudgetError, InvalidPlanError, RematError, SolverError
 from remat.events import COMPUTE, STEP
 from remat.graph import Graph
-from remat.layout import arena_size, lifetimes
+from remat.layout import arena_size, lifetimes, validate
 from remat.plan import Plan
-from solvers.melon_pool import lifetime_aware, lifetime_aware_lowest
+from solvers.melon_pool import (
+    lifetime_aware,
+    lifetime_aware_lowest,
+    melon_pool,
+    place_around,
+    refine,
+)
 
-__all__ = ["Melon", "Adaptation", "melon_steps", "pool_layout", "MEMCPY_BYTES_PER_S"]
+__all__ = ["Melon", "Adaptation", "melon_steps", "pool_layout", "stitch", "MEMCPY_BYTES_PER_S"]
 
 #: memcpy speed of the artifact's adaptation script (bytes/s); relayout costs 3 × bytes / speed.
 MEMCPY_BYTES_PER_S = 22_238_208.0
 
 
 def pool_layout(graph: Graph, plan: Plan) -> Plan:
-    """``plan`` with ``offsets`` from the smaller of Melon's two pool variants (best-fit and
-    lowest-address, longest lifetime first) and ``meta["arena_bytes"]`` (bytes)."""
+    """``plan`` with ``offsets`` from the refined lifetime-aware pool
+    (:func:`solvers.melon_pool.melon_pool`: the longest-lifetime-first greedy, then local
+    search, on-demand's layout as a guard seed), ``meta["arena_bytes"]`` (bytes) and
+    ``meta["greedy_arena_bytes"]`` (the paper's raw greedy, best of its two variants, bytes)."""
     events = dataclasses.replace(plan, offsets=None).validate(graph)
     lt = lifetimes(events)
-    best = None
-    for name, fn in (("melon", lifetime_aware), ("melon_lowest", lifetime_aware_lowest)):
-        off = fn(lt.intervals, lt.sizes)
-        size = arena_size(off, lt.sizes)
-        if best is None or size < best[0]:
-            best = (size, off, name)
-    size, off, name = best
-    return dataclasses.replace(plan, offsets=off).with_meta(layout=name, arena_bytes=int(size))
+    off = melon_pool(lt.intervals, lt.sizes)
+    greedy = min(arena_size(fn(lt.intervals, lt.sizes), lt.sizes)
+                 for fn in (lifetime_aware, lifetime_aware_lowest))
+    return dataclasses.replace(plan, offsets=off).with_meta(
+        layout="melon_refined", arena_bytes=arena_size(off, lt.sizes),
+        greedy_arena_bytes=int(greedy))
 
 
 class _Sim:
     """State of one progressive-recomputation simulation (see :func:`melon_steps`)."""
 
-    def __init__(self, graph: Graph, target: int):
+    def __init__(self, graph: Graph, target: int, refine_iters: int = 8):
         self.g, self.target = graph, int(target)
+        self.refine_iters = int(refine_iters)
         self.n = graph.n
         self.preds = graph.preds
         self.sizes = [int(x) for x in graph.sizes]
@@ -140,7 +160,8 @@ class _Sim:
                 sz.append(self.sizes[u])
             iva = np.asarray(iv, dtype=np.int64).reshape(-1, 2)
             sza = np.asarray(sz, dtype=np.int64)
-            top = lifetime_aware(iva, sza) + sza
+            greedy = lifetime_aware(iva, sza)
+            top = refine(iva, sza, [greedy], iters=self.refine_iters) + sza
             self._layout = (self.version, iva, top)
         _, iva, top = self._layout
         live = (iva[:, 0] <= self.now) & (self.now <= iva[:, 1])
@@ -176,7 +197,7 @@ class _Sim:
         return True
 
 
-def melon_steps(graph: Graph, target: int, *, protect_next: bool = True
+def melon_steps(graph: Graph, target: int, *, protect_next: bool = True, refine_iters: int = 8
                 ) -> tuple[list[list[int]], int] | None:
     """Simulate Melon's progressive recomputation with the pool capped at ``target`` bytes.
 
@@ -185,8 +206,10 @@ def melon_steps(graph: Graph, target: int, *, protect_next: bool = True
       then node ``t``), or ``None`` when a pool overflow has no evictable value left.
       ``protect_next``: never evict the next op's inputs (Algorithm 1's ``skipRelease``); the
       artifact's pool-aware planner does not protect them.
+      ``refine_iters``: local-search moves (:func:`solvers.melon_pool.refine`) applied to the
+      greedy layout at every pool check (0: the paper's raw greedy).
     """
-    sim = _Sim(graph, target)
+    sim = _Sim(graph, target, refine_iters)
     preds = sim.preds
     steps: list[list[int]] = []
     for t in range(sim.n):
@@ -251,6 +274,11 @@ class Adaptation:
       relayout_s: ``3 × relayout_bytes / memcpy_bytes_per_s`` (seconds, the artifact's model).
       stop_restart_s: modelled time of the new plan's steps before ``resume_step`` (seconds).
       overhead: ``(recompute_s + relayout_s) / stop_restart_s`` (0 when nothing was run yet).
+      stitched: the whole iteration as one executable plan (:func:`stitch`): the old plan's
+        steps before ``switch_step``, one step recomputing ``recompute``, then ``plan``'s steps
+        from ``resume_step`` on; ``meta`` holds ``switch_step`` (its row of the recompute step),
+        ``peak_before_bytes`` / ``peak_after_bytes`` (replayed live bytes before / from that
+        row) and ``arena_before_bytes`` / ``arena_after_bytes`` (pool tops, bytes).
     """
 
     plan: Plan
@@ -264,6 +292,7 @@ class Adaptation:
     relayout_s: float
     stop_restart_s: float
     overhead: float
+    stitched: Plan | None = None
 
 
 @register("melon")
@@ -276,6 +305,8 @@ class Melon(BasePolicy):
       microbatch: allow micro-batching for graphs that are not batch-coupled.
       calibrations: reruns of the simulation with a lowered target when the final pool
         exceeds the budget.
+      refine_iters: local-search moves on the simulation's pool at each check (the final
+        layout always gets the full :func:`solvers.melon_pool.melon_pool` search).
       search_rtol: relative precision of the minimum feasible budget on infeasibility.
       search_time_s: time box of that search, seconds (``None``: none); the minimum is then a
         budget the search saw succeed, possibly above the true one.
@@ -284,6 +315,7 @@ class Melon(BasePolicy):
     budget: int | str | None = None
     microbatch: bool = True
     calibrations: int = 8
+    refine_iters: int = 8
     search_rtol: float = 1e-2
     search_time_s: float | None = 30.0
 
@@ -294,7 +326,8 @@ class Melon(BasePolicy):
         for protect_next in (True, False):  # the paper's skip set first, then the artifact's
             target = int(budget)
             for it in range(self.calibrations + 1):
-                found = melon_steps(graph, target, protect_next=protect_next)
+                found = melon_steps(graph, target, protect_next=protect_next,
+                                    refine_iters=self.refine_iters)
                 if found is None:
                     break
                 steps, ev = found
@@ -409,8 +442,114 @@ class Melon(BasePolicy):
         rec_s = float(sum(costs[i] for i in rec))
         relayout_s = 3.0 * moved / memcpy_bytes_per_s
         restart_s = float((new.R[:resume].sum(axis=0) * costs).sum())
+        stitched = stitch(graph, plan, new, t_sw, resume, kept, rec)
         return Adaptation(
             plan=new, switch_step=t_sw, resume_step=resume, kept=tuple(sorted(kept)),
             dumped=tuple(sorted(A - kept)), recompute=tuple(sorted(rec)), recompute_s=rec_s,
             relayout_bytes=moved, relayout_s=relayout_s, stop_restart_s=restart_s,
-            overhead=(rec_s + relayout_s) / restart_s if restart_s > 0 else 0.0)
+            overhead=(rec_s + relayout_s) / restart_s if restart_s > 0 else 0.0,
+            stitched=stitched)
+
+
+def stitch(graph: Graph, old: Plan, new: Plan, switch_step: int, resume_step: int,
+           kept: set[int], recompute: set[int]) -> Plan:
+    """One executable plan for an iteration whose budget shrinks at ``switch_step`` (§4.4).
+
+    Rows: ``old`` steps ``0 .. switch_step-1`` (the same computations; ``S`` at the switch is
+    ``kept``, so the dumped values are freed after their last read before the switch instead of
+    being carried to it), then one step computing ``recompute`` in index order (omitted when
+    empty), then ``new`` steps ``resume_step ..`` (``S`` there is the new plan's ``B``, which
+    ``kept ∪ recompute`` covers).
+
+    Layout: allocations made before the switch keep their old offsets -- the kept values
+    (``offset + size <= new budget``, :meth:`Melon.adapt`'s ``A - C``) stay in place, no memcpy --
+    and the recomputations and the new plan's remaining allocations are placed around them
+    (:func:`solvers.melon_pool.place_around`, lowest offset, the best of three visiting orders:
+    longest lifetime first, allocation order, largest first).
+
+    Returns:
+      The stitched :class:`Plan` with offsets and ``meta``: ``switch_step``,
+      ``peak_before_bytes`` / ``peak_after_bytes`` (replayed live bytes, events before / from
+      the switch row), ``arena_before_bytes`` / ``arena_after_bytes`` (max ``offset + size`` of
+      the allocations live before / from it), ``budget`` (the new plan's).
+
+    Raises:
+      InvalidPlanError: the stitched plan does not replay (a bug), or its layout collides.
+    """
+    n = graph.n
+    rows_r = [old.R[:switch_step]]
+    rows_s = [old.S[:switch_step]]
+    sw = switch_step
+    if recompute:
+        r = np.zeros((1, n), dtype=bool)
+        r[0, sorted(recompute)] = True
+        s = np.zeros((1, n), dtype=bool)
+        s[0, sorted(kept)] = True
+        rows_r.append(r)
+        rows_s.append(s)
+    rows_r.append(new.R[resume_step:])
+    rows_s.append(new.S[resume_step:])
+    S = np.concatenate(rows_s)
+    plan = Plan(R=np.concatenate(rows_r), S=S, meta={
+        **dict(new.meta), "policy": "melon", "adapted_from": dict(old.meta).get("budget"),
+        "switch_step": sw})
+    ev = plan.validate(graph)
+    lt = lifetimes(ev)
+    old_lt = lifetimes(old.validate(graph))
+    starts = np.flatnonzero(ev.kind == STEP)
+    e_sw = int(starts[sw]) if sw < len(starts) else len(ev.kind)
+    before = lt.intervals[:, 0] < e_sw
+    # allocations before the switch are the old plan's first ones, in the same order
+    nb = int(before.sum())
+    if nb > len(old_lt.sizes) or not np.array_equal(lt.node[:nb], old_lt.node[:nb]):
+        raise InvalidPlanError("stitch: the prefix does not match the old plan's allocations")
+    fixed = np.zeros(len(lt.sizes), dtype=bool)
+    fixed[:nb] = True
+    base = np.zeros(len(lt.sizes), dtype=np.int64)
+    base[:nb] = np.asarray(old.offsets, dtype=np.int64)[:nb]
+    after = lt.intervals[:, 1] >= e_sw
+    new_budget = int(dict(new.meta).get("budget") or np.iinfo(np.int64).max)
+    off, strategy = _around(lt.intervals, lt.sizes, fixed, base, after), "in_place"
+    if int((off + lt.sizes)[after].max(initial=0)) > new_budget:
+        # relayout: the values live across the switch move (memcpy) to a layout of everything
+        # live from the switch on (lifetimes clipped at the switch: any two of them overlap
+        # there iff they overlap at all), and the prefix is placed around them
+        strategy = "relayout"
+        post = np.flatnonzero(after)
+        iv_post = lt.intervals[post].copy()
+        iv_post[:, 0] = np.maximum(iv_post[:, 0], e_sw)
+        fixed2 = after.copy()
+        base2 = np.zeros(len(lt.sizes), dtype=np.int64)
+        base2[post] = melon_pool(iv_post, lt.sizes[post])
+        off = _around(lt.intervals, lt.sizes, fixed2, base2, ~after, prefer=base)
+    validate(lt.intervals, lt.sizes, off)
+    tops = off + lt.sizes
+    during = ev.kind != STEP
+    pre = np.arange(len(ev.kind)) < e_sw
+    return dataclasses.replace(plan, offsets=off).with_meta(
+        peak_before_bytes=int(ev.live[pre & during].max(initial=0)),
+        peak_after_bytes=int(ev.live[~pre & during].max(initial=0)),
+        arena_before_bytes=int(tops[before].max(initial=0)),
+        arena_after_bytes=int(tops[after].max(initial=0)),
+        arena_bytes=int(tops.max(initial=0)), stitch_layout=strategy)
+
+
+def _around(iv: np.ndarray, s: np.ndarray, fixed: np.ndarray, base: np.ndarray,
+            score_mask: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:
+    """The best of a few visiting orders of :func:`solvers.melon_pool.place_around` for the
+    allocations not ``fixed``, judged by the pool top over ``score_mask`` (bytes): by
+    ``prefer`` offsets (when given), longest lifetime first, allocation order, largest first."""
+    free = np.flatnonzero(~fixed)
+    span = iv[free, 1] - iv[free, 0]
+    orders = [free[np.lexsort((free, -s[free], -span))],
+              free[np.argsort(iv[free, 0], kind="stable")],
+              free[np.lexsort((free, -s[free]))]]
+    if prefer is not None:
+        orders.insert(0, free[np.lexsort((free, prefer[free]))])
+    best = None
+    for order in orders:
+        off = place_around(iv, s, fixed, base, order)
+        top = int((off + s)[score_mask].max(initial=0))
+        if best is None or top < best[0]:
+            best = (top, off)
+    return best[1]

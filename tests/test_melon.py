@@ -19,6 +19,7 @@ import remat
 from policies.melon import Melon
 from remat.apply import planning_context
 from remat.errors import InfeasibleBudgetError
+from remat.events import STEP
 from remat.layout import (
     allocate,
     arena_size,
@@ -28,7 +29,16 @@ from remat.layout import (
     max_live_lower_bound,
     validate,
 )
-from solvers.melon_pool import COMPARED, lifetime_aware, lifetime_aware_lowest, pool_report
+from solvers.melon_pool import (
+    COMPARED,
+    compact,
+    lifetime_aware,
+    lifetime_aware_lowest,
+    lifetime_aware_refined,
+    melon_pool,
+    place_around,
+    pool_report,
+)
 
 MELON_POOLS = [lifetime_aware, lifetime_aware_lowest]
 
@@ -72,6 +82,28 @@ def test_pools_never_overlap_live_tensors(case):
         assert rep.fragmentation >= 0.0
 
 
+@settings(max_examples=60, deadline=None)
+@given(general_lifetimes())
+def test_refined_pool_is_valid_and_never_worse_than_its_seeds(case):
+    """The local search (compaction + critical moves) keeps layouts valid and never grows the
+    pool: refined <= the paper's greedy; Melon's pool (on-demand as a guard seed) <= both."""
+    iv, s = case
+    greedy = min(arena_size(fn(iv, s), s) for fn in MELON_POOLS)
+    for fn in (lifetime_aware_refined, melon_pool):
+        off = fn(iv, s)
+        validate(iv, s, off)
+        assert max_live_lower_bound(iv, s) <= arena_size(off, s) <= greedy
+    assert arena_size(melon_pool(iv, s), s) <= arena_size(first_fit(iv, s), s)
+    start = lifetime_aware(iv, s)
+    off = compact(iv, s, start)  # gravity: every allocation at or below where it was
+    validate(iv, s, off)
+    assert (off <= start).all()
+    fixed = np.arange(len(s)) % 2 == 0  # the stitched plan's placement around fixed tensors
+    around = place_around(iv, s, fixed, start, np.flatnonzero(~fixed)[::-1])
+    validate(iv, s, around)
+    assert (around[fixed] == start[fixed]).all()
+
+
 @settings(max_examples=150, deadline=None)
 @given(laminar_lifetimes())
 def test_lifetime_aware_is_optimal_on_laminar_lifetimes(case):
@@ -94,21 +126,31 @@ def test_lifetime_aware_can_lose_to_on_demand_in_general():
         assert arena_size(fn(iv, s), s) == 13
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2", "squeezenet"])
-def test_lifetime_aware_on_zoo_stage_graphs(name):
-    """Measured at batch 2, 32x32, checkpoint-all, stage granularity: the paper's "never worse
-    than on-demand" does NOT hold here (mobilenet_v2: bound 7548544, on-demand 7697336,
-    lifetime-aware 8197504 B; squeezenet: 1768704 / 1769728 / 1835776 B).  What holds: valid
-    layouts, at least the bound, within 10% of on-demand and of the bound."""
+@pytest.mark.parametrize("name", ["mobilenet_v2", "squeezenet", "resnet50"])
+def test_melon_pool_on_zoo_stage_graphs(name):
+    """Batch 2, 32x32, checkpoint-all, stage granularity.  The paper's raw greedy is NOT never
+    worse than on-demand here (measured: mobilenet_v2 bound 7548544, on-demand 7697336, greedy
+    8197504 B; squeezenet 1768704 / 1769728 / 1835776 B; resnet50 125710632 / 127578368 /
+    134013184 B); Melon's refined pool is: at least the max-live bound, at most on-demand, and
+    the lifetime-aware search alone (no on-demand seed) is also at most on-demand."""
     fn, params, batch = remat.zoo.get(name, batch_size=2, image_size=32)
     g = remat.extract(fn, params, batch)
     plan = policies.checkpoint_all_plan(g)
     lt = lifetimes(plan.validate(g))
     bound = max_live_lower_bound(lt.intervals, lt.sizes)
     on_demand = arena_size(first_fit(lt.intervals, lt.sizes), lt.sizes)
+    greedy = arena_size(lifetime_aware(lt.intervals, lt.sizes), lt.sizes)
+    assert greedy > on_demand  # the failure the refinement repairs
     for placement in ("melon", "melon_lowest"):
         p = allocate(g, plan, placement=placement)  # registered names; validated
-        assert bound <= p.meta["arena_bytes"] <= 1.1 * min(on_demand, bound)
+        assert bound <= p.meta["arena_bytes"] <= 1.1 * bound
+    alone = arena_size(lifetime_aware_refined(lt.intervals, lt.sizes), lt.sizes)
+    assert bound <= alone <= on_demand
+    pool = Melon().plan(g)  # the policy's pool-only plan: melon_pool ("melon_refined")
+    assert pool.meta["method"] == "pool_only"
+    validate(lt.intervals, lt.sizes, pool.offsets)
+    assert bound <= arena_size(pool.offsets, lt.sizes) <= on_demand
+    assert pool.meta["greedy_arena_bytes"] == greedy
 
 
 # --------------------------------------------------------------------------- the policy
@@ -133,7 +175,7 @@ def _run(g, plan, budget, args, ref):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("frac", [1.0, 0.85, 0.72])
+@pytest.mark.parametrize("frac", [0.9, 0.8, 0.72])
 def test_melon_plans_execute_under_budget_with_exact_gradients(mlp, frac):
     g, params, batch, ref = mlp
     b = int(frac * g.no_remat_peak())
@@ -209,3 +251,37 @@ def test_adapt_keeps_survivors_and_costs_less_than_restart(mlp, progress):
     assert ad.plan.meta["peak_bytes"] <= nb
     assert ad.recompute_s >= 0 and ad.relayout_s >= 0
     assert ad.recompute_s <= ad.stop_restart_s + 1e-12  # every recomputed node is in the prefix
+
+
+@pytest.mark.parametrize("progress", [0.25, 0.5, 0.75])
+def test_adapt_stitched_plan_executes_with_exact_gradients(mlp, progress):
+    """The stitched plan (old steps, recomputation of B - (A - C), new steps) replays legally,
+    stays within the old budget before the switch and the new one from it on (replayed live
+    bytes and pool tops, re-derived here from the events), and runs in ``remat.execute`` with
+    the gradients of ``jax.value_and_grad``."""
+    g, params, batch, ref = mlp
+    ob = int(1.0 * g.no_remat_peak())
+    old = Melon(budget=ob).plan(g)
+    nb = int(0.8 * g.no_remat_peak())
+    ad = Melon().adapt(old, g, nb, progress)
+    st = ad.stitched
+    if progress == 0.75:
+        assert ad.recompute  # B - (A - C) is not empty there: a recompute row is stitched in
+    ev = st.validate(g)  # legal, offsets checked against the events
+    lt = lifetimes(ev)
+    validate(lt.intervals, lt.sizes, st.offsets)
+    assert st.R.shape[0] == ad.switch_step + bool(ad.recompute) + (g.n - ad.resume_step)
+    np.testing.assert_array_equal(st.R[:ad.switch_step], old.R[:ad.switch_step])
+    np.testing.assert_array_equal(st.R[-(g.n - ad.resume_step):], ad.plan.R[ad.resume_step:])
+    e_sw = int(np.flatnonzero(ev.kind == STEP)[ad.switch_step])  # the switch row starts
+    work = ev.kind != STEP
+    assert ev.live[:e_sw][work[:e_sw]].max() <= ob
+    assert ev.live[e_sw:][work[e_sw:]].max() <= nb
+    tops = st.offsets + lt.sizes
+    assert tops[lt.intervals[:, 0] < e_sw].max() <= ob
+    assert tops[lt.intervals[:, 1] >= e_sw].max() <= nb
+    value, grads, stats = remat.execute(g, st, params, batch)
+    assert stats.peak_bytes <= ob
+    np.testing.assert_allclose(np.asarray(value), np.asarray(ref[0]), rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref[1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
