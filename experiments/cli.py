@@ -5,7 +5,7 @@ Examples::
     remat models
     remat inspect resnet18 --batch-size 8
     remat plan mlp --policy checkmate --budget 50%
-    remat compare mlp --budget 50%
+    remat compare mlp --budget 50% --timeline
     remat sweep --models mlp vgg16 --budgets 90% 70% 50% --out results.csv
 """
 
@@ -108,64 +108,185 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def compare(graph, budget, *, names: Sequence[str] | None = None, time_limit: float = 30.0) -> list[dict]:
-    """Plan ``graph`` with every registered policy at ``budget``; one result row each."""
+def _make_policy_for(name: str, time_limit: float, device=None):
+    """``_make_policy`` plus ``device=`` for the policies that take one (POET, Sage, NNTrainer),
+    so their plans are costed on the device the comparison simulates."""
     import policies
+
+    opts = policies.option_names(name)
+    kw = {"time_limit": time_limit} if "time_limit" in opts else {}
+    if device is not None and "device" in opts:
+        kw["device"] = device
+    return policies.get(name, **kw)
+
+
+class _Recorder:
+    """Forwards ``plan`` to a policy and keeps the plan it returned."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = getattr(policy, "name", type(policy).__name__)
+        self.last_plan = None
+
+    def plan(self, graph, budget=None):
+        self.last_plan = self.policy.plan(graph, budget=budget)
+        return self.last_plan
+
+
+def compare(graph, budget, *, names: Sequence[str] | None = None, time_limit: float = 30.0,
+            device=None, reports: dict | None = None) -> list[dict]:
+    """Plan ``graph`` with every registered policy at ``budget``; one result row each.
+
+    Args:
+      graph: the training graph.
+      budget: bytes or a string (``"50%"``, ``"512MiB"``).
+      names: policies to run (default: ``policies.available()``).
+      time_limit: per-solver wall-clock seconds.
+      device: a :mod:`remat.devices` profile (or name) for modelled time/energy and paging
+        costs, also given to policies that take a ``device``; ``None``: the graph's own costs and
+        paging in bytes only.
+      reports: when a dict, filled with ``policy name -> remat.Report`` of each plan made.
+
+    Returns:
+      ``experiments.harness.evaluate`` rows plus ``paging_time_s``, ``paging_energy_j`` (J) and
+      ``bytes_paged`` for each plan made.
+    """
+    import policies
+    import remat
     from experiments.harness import evaluate
 
     rows = []
     for name in names or policies.available():
         try:
-            pol = _make_policy(name, time_limit)
+            pol = _Recorder(_make_policy_for(name, time_limit, device))
         except Exception as exc:  # a policy that cannot be built is reported, not hidden
             rows.append({"policy": name, "status": "error", "error": f"{type(exc).__name__}: {exc}"})
             continue
-        rows.append(evaluate(graph, pol, budget, policy_name=name))
+        row = evaluate(graph, pol, budget, device=device, policy_name=name)
+        if pol.last_plan is not None and isinstance(row.get("overhead"), float):
+            rep = remat.simulate(graph, pol.last_plan, device=device)
+            row.update(paging_time_s=rep.paging_time_s, paging_energy_j=rep.paging_energy_j,
+                       bytes_paged=rep.bytes_paged)
+            if reports is not None:
+                reports[name] = rep
+        rows.append(row)
     return rows
+
+
+def _compare_device(args, graph):
+    """The device a comparison models: ``--device``, else the profile the graph was extracted
+    with (so compute costs are the graph's own and paging gets a price), else ``None``."""
+    name = getattr(args, "device", None) or graph.meta.get("device")
+    if not name:
+        return None
+    import remat
+
+    try:
+        return remat.devices.get(name)
+    except remat.errors.RematError:
+        if getattr(args, "device", None):
+            raise
+        return None  # a graph made with an unnamed profile: use its own costs
 
 
 def cmd_compare(args) -> int:
     g = _graph(args)
     print(g.summary())
-    rows = compare(g, args.budget, names=args.policies, time_limit=args.time_limit)
-    print(f"\nbudget {args.budget} = {_fmt_bytes(rows[0].get('budget_bytes')) if rows else ''}")
-    print(f"{'policy':22} {'status':12} {'peak':>12} {'overhead':>9} {'solve_s':>8}  note")
+    device = _compare_device(args, g)
+    reports: dict = {}
+    rows = compare(g, args.budget, names=args.policies, time_limit=args.time_limit,
+                   device=device, reports=reports)
+    unit = "s" if device is not None else g.meta.get("cost_unit", "s")
+    dev = f", costs modelled on {device.name}" if device is not None else ""
+    print(f"\nbudget {args.budget} = {_fmt_bytes(rows[0].get('budget_bytes')) if rows else ''}{dev}")
+    print(f"{'policy':22} {'status':12} {'peak':>12} {'overhead':>9} {'time_' + unit:>10} "
+          f"{'energy_J':>10} {'paged':>11} {'solve_s':>8}  note")
     for r in rows:
         note = (r.get("error") or "")[:60]
         if r.get("status") == "infeasible":
             note = f"smallest feasible budget {_fmt_bytes(r.get('min_feasible_bytes'))}"
         ov = r.get("overhead")
         st = r.get("solve_time_s")
+        t = r.get("compute_time_s")
+        if isinstance(t, float):
+            t += r.get("paging_time_s", 0.0)
+        e = r.get("energy_j")
+        paged = r.get("bytes_paged")
         print(
             f"{r['policy']:22} {r.get('status', ''):12} {_fmt_bytes(r.get('peak_bytes')):>12} "
             f"{(f'{ov:.3f}x' if isinstance(ov, float) else ''):>9} "
+            f"{(f'{t:.3g}' if isinstance(t, float) else ''):>10} "
+            f"{(f'{e:.3g}' if isinstance(e, float) and device is not None else ''):>10} "
+            f"{(_fmt_bytes(paged) if paged else ''):>11} "
             f"{(f'{st:.2f}' if isinstance(st, float) else ''):>8}  {note}"
         )
     if args.plot:
-        _plot_compare(rows, g, args.plot)
+        _plot_compare(rows, g, args.plot, unit=unit, device=device)
         print(f"\nplot written to {args.plot}")
+        if args.timeline:
+            tl = timeline_path(args.plot)
+            _plot_timelines(reports, rows, g, tl)
+            print(f"timelines written to {tl}")
     ok = [r for r in rows if r.get("status") not in ("error", "crash", "infeasible", "n/a")]
     return 0 if ok else 1
 
 
-def _plot_compare(rows, graph, path) -> None:
+def timeline_path(plot_path: str) -> str:
+    """Where ``remat compare --timeline`` writes the timelines: ``<plot>_timeline.png``."""
+    root, ext = os.path.splitext(plot_path)
+    return f"{root}_timeline{ext or '.png'}"
+
+
+def _plot_compare(rows, graph, path, *, unit: str = "s", device=None) -> None:
+    """Left: simulated peak (MiB) against overhead (x), one style per policy, coincident plans
+    stacked apart; middle/right: modelled time and energy, compute solid and paging hatched."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     ok = [r for r in rows if isinstance(r.get("overhead"), float)]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in ok:
-        ax.scatter(r["peak_bytes"] / 2**20, r["overhead"], label=r["policy"])
-    if ok and ok[0].get("budget_bytes") is not None:
-        ax.axvline(ok[0]["budget_bytes"] / 2**20, color="k", ls="--", lw=1, label="budget")
-    ax.set_xlabel("simulated peak activation memory (MiB)")
-    ax.set_ylabel("compute overhead vs checkpoint-all")
-    ax.set_title(graph.name)
-    if ok:
-        ax.legend(fontsize=7)
+    show_energy = device is not None and any(r.get("energy_j") for r in ok)
+    ncols = 3 if show_energy else 2
+    fig, axes = plt.subplots(1, ncols, figsize=(4.6 * ncols, 0.5 + max(3.6, 0.28 * len(ok))),
+                             gridspec_kw={"width_ratios": [1.4] + [1] * (ncols - 1)})
+    budget = ok[0].get("budget_bytes") if ok else None
+    ps.memory_vs_overhead(axes[0], [r["policy"] for r in ok], [r["peak_bytes"] for r in ok],
+                          [r["overhead"] for r in ok],
+                          budget_bytes=None if budget in (None, "") else float(budget),
+                          title=f"{graph.name}: memory vs recompute",
+                          paged_bytes=[r.get("bytes_paged", 0) or 0 for r in ok])
+    names = [r["policy"] for r in ok]
+    paged = [r.get("bytes_paged", 0) or 0 for r in ok]
+    ptime = [r.get("paging_time_s", 0.0) or 0.0 for r in ok]
+    ps.cost_bars(axes[1], names, [r["compute_time_s"] for r in ok], ptime, unit=unit,
+                 what="modelled step time", paged_bytes=paged)
+    dev = f" on {device.name}" if device is not None else ""
+    axes[1].set_title(f"time{dev}", fontsize=9)
+    if show_energy:
+        pe = [r.get("paging_energy_j", 0.0) or 0.0 for r in ok]
+        ps.cost_bars(axes[2], names, [r["energy_j"] - p for r, p in zip(ok, pe)], pe, unit="J",
+                     what="modelled step energy", paged_bytes=paged)
+        axes[2].set_title(f"energy{dev}", fontsize=9)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_timelines(reports, rows, graph, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments import plotstyle as ps
+
+    budget = next((r.get("budget_bytes") for r in rows if r.get("budget_bytes") not in (None, "")), None)
+    fig = ps.plot_timelines(reports, budget_bytes=None if budget is None else float(budget),
+                            title=f"{graph.name}: live activation memory per plan")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -223,6 +344,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--budget", required=True)
     sp.add_argument("--policies", nargs="*", default=None)
     sp.add_argument("--plot", default=None, help="PNG path (default compare_<model>.png)")
+    sp.add_argument("--device", default=None,
+                    help="device profile for modelled time, energy and paging costs (default: "
+                         "the one the graph was extracted with)")
+    sp.add_argument("--timeline", action="store_true",
+                    help="also draw each plan's memory timeline to <plot>_timeline.png")
     sp.set_defaults(fn=cmd_compare)
     sp = sub.add_parser("sweep", help="(model x policy x budget) sweep to a resumable CSV")
     common(sp, model=False)

@@ -1,0 +1,96 @@
+"""``remat compare`` (table, plot, ``--timeline``) and the shared figure style
+(``experiments/plotstyle.py``)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import policies  # noqa: E402
+import remat  # noqa: E402
+from experiments import cli  # noqa: E402
+from experiments import plotstyle as ps  # noqa: E402
+
+
+def test_every_registered_policy_has_its_own_colour_and_marker():
+    names = policies.available()
+    styles = [ps.style(n) for n in names]
+    assert all(n in ps.POLICY_STYLES for n in names), set(names) - set(ps.POLICY_STYLES)
+    assert len({s["color"] for s in styles}) == len(names)
+    assert len({s["marker"] for s in styles}) == len(names)
+    # an unknown (plugin) policy gets a style that does not change between calls
+    assert ps.style("every_kth") == ps.style("every_kth")
+
+
+def test_coincident_and_overlapping_points_are_grouped_and_drawn_apart():
+    assert ps.coincident_groups([1.0, 1.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.5]) == [[0, 1], [2], [3]]
+    fig, ax = plt.subplots()
+    names = ["chain_dp", "checkmate", "sqrtn", "recompute_all"]
+    xs, ys = [10.0, 10.0, 9.0, 5.0], [1.17, 1.17, 1.2, 4.0]
+    groups = ps.scatter_policies(ax, names, xs, ys)
+    assert [0, 1] in groups and [3] in groups
+    fig.canvas.draw()
+    # the two identical plans are drawn at different screen positions, neither hidden
+    centres = [c.get_offset_transform().transform(c.get_offsets())[0] for c in ax.collections
+               if c.get_label() in ("chain_dp", "checkmate")]
+    assert len(centres) == 2 and np.linalg.norm(centres[0] - centres[1]) > 8
+    assert any("2 identical" in t.get_text() for t in ax.texts)
+    plt.close(fig)
+
+
+def test_paging_cost_is_drawn_next_to_compute(tmp_path):
+    g = remat.chain_graph(4, sizes=[1, 2, 3, 2])
+    rows = [
+        {"policy": "checkpoint_all", "budget_bytes": 10, "peak_bytes": 8, "overhead": 1.0,
+         "compute_time_s": 4.0, "energy_j": 4.0},
+        {"policy": "poet", "budget_bytes": 10, "peak_bytes": 5, "overhead": 1.0,
+         "compute_time_s": 4.0, "energy_j": 5.0, "paging_time_s": 0.5, "paging_energy_j": 1.0,
+         "bytes_paged": 3 * 2**20},
+    ]
+
+    class Dev:
+        name = "test-device"
+
+    png = tmp_path / "c.png"
+    cli._plot_compare(rows, g, str(png), device=Dev())
+    assert png.stat().st_size > 1000
+    fig, axes = plt.subplots(1, 1)
+    ps.cost_bars(axes, ["checkpoint_all", "poet"], [4.0, 4.0], [0.0, 0.5], unit="s",
+                 paged_bytes=[0, 3 * 2**20])
+    notes = [t.get_text() for t in axes.texts]
+    assert notes == ["paging 0.5 s, 3.00 MiB moved"]
+    plt.close(fig)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_cli_compare_zoo_mlp_every_policy_with_timelines(tmp_path, capsys):
+    """The user-facing path: every registered policy on the zoo MLP, a table row each, the
+    comparison plot and the timeline plot written."""
+    png = tmp_path / "cmp.png"
+    rc = cli.main(["compare", "mlp", "--batch-size", "16", "--budget", "85%", "--plot", str(png),
+                   "--time-limit", "3", "--timeline"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    header = next(i for i, ln in enumerate(out.splitlines()) if ln.startswith("policy "))
+    table = [ln for ln in out.splitlines()[header + 1:] if ln.strip() and " " in ln.strip()]
+    by_name = {ln.split()[0]: ln for ln in table}
+    assert set(policies.available()) <= set(by_name), set(policies.available()) - set(by_name)
+    assert "n/a" in by_name["scan_layers"]  # no scan in the MLP
+    assert "x" in by_name["chain_dp"] and "infeasible" not in by_name["chain_dp"]
+    assert png.exists() and png.stat().st_size > 10_000
+    tl = tmp_path / "cmp_timeline.png"
+    assert tl.exists() and tl.stat().st_size > 10_000
+
+
+def test_cli_compare_unknown_device_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    remat.chain_graph(4).to_json(path)
+    rc = cli.main(["compare", str(path), "--budget", "100%", "--device", "no_such_device",
+                   "--plot", ""])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cortex-m4" in err and len(err.strip().splitlines()) == 1
