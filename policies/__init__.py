@@ -25,6 +25,7 @@ from policies.olla import Olla
 from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
+from policies.sage import Sage
 from policies.scan_layers import ScanLayers
 from policies.sqrtn import SqrtN
 
@@ -32,5 +33,5 @@ __all__ = [
     "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
     "checkpoint_all_plan", "ScanLayers",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Olla", "Melon", "NNTrainer",
+    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Olla", "Melon", "NNTrainer", "Sage",
 ]

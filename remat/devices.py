@@ -26,7 +26,8 @@ Profiles (``get(name)``; see each ``source``): ``cortex-m0``, ``cortex-m4``, ``c
 ``cortex-a72-nocache`` (POET's chipset constants, ``poet/chipsets.py``, summarised in
 ``shared/notes/anchors.md`` section 2 and ``seeds-poet-olla.md`` A.7), ``jetson-tx2`` (POET's
 measured paging and power constants plus public specs), ``pixel-4`` (Snapdragon 855 phone, public
-specs and estimates) and ``host`` (this machine, calibrated by timing JAX primitives).
+specs and estimates), ``rtx-3090`` (a desktop GPU, public specs) and ``host`` (this machine,
+calibrated by timing JAX primitives).
 """
 
 from __future__ import annotations
@@ -343,14 +344,36 @@ PIXEL_4 = DeviceProfile(
     ),
 )
 
+RTX_3090 = DeviceProfile(
+    name="rtx-3090",
+    flops_per_s=1.78e13,
+    compute_watts=350.0,
+    memory_bandwidth=936e9,
+    ram_bytes=24 * 1024**3,
+    storage_read_bw=25e9,
+    storage_write_bw=25e9,
+    storage_latency_s=1e-5,
+    storage_watts=10.0,
+    energy_per_byte_read=10.0 / 25e9,
+    energy_per_byte_write=10.0 / 25e9,
+    source=(
+        "NVIDIA GeForce RTX 3090 (the desktop GPU of Sage's evaluation), public specs: 35.6 "
+        "TFLOP/s FP32 peak, 24 GB GDDR6X at 936 GB/s, 350 W board power.  Estimates: "
+        "flops_per_s 17.8 TFLOP/s sustained (50% of peak), paging = host copies over PCIe 4.0 "
+        "x16 (25 GB/s, 10 us, 10 W)."
+    ),
+)
+
 _PROFILES: dict[str, DeviceProfile] = {
-    p.name: p for p in (CORTEX_M0, CORTEX_M4, CORTEX_A72, CORTEX_A72_NOCACHE, JETSON_TX2, PIXEL_4)
+    p.name: p for p in (CORTEX_M0, CORTEX_M4, CORTEX_A72, CORTEX_A72_NOCACHE, JETSON_TX2, PIXEL_4,
+                        RTX_3090)
 }
 _ALIASES = {
     "m0": "cortex-m0", "mkr1000": "cortex-m0", "m4": "cortex-m4", "m4f": "cortex-m4",
     "nrf52840": "cortex-m4", "a72": "cortex-a72", "rpi": "cortex-a72", "rpi4": "cortex-a72",
     "a72nocache": "cortex-a72-nocache", "jetsontx2": "jetson-tx2", "tx2": "jetson-tx2",
     "phone": "pixel-4", "pixel4": "pixel-4", "snapdragon-855": "pixel-4",
+    "rtx3090": "rtx-3090", "gpu": "rtx-3090", "desktop-gpu": "rtx-3090",
 }
 
 

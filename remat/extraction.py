@@ -393,10 +393,10 @@ def extract(
         raise ExtractionError("extract needs the example arguments of fn")
     if scans not in ("compact", "unroll"):
         raise ExtractionError(f"scans must be 'compact' or 'unroll', got {scans!r}")
-    if not (stages == "eqn" or stages in ("auto", "module", "layer")
+    if not (stages == "eqn" or stages in ("auto", "module", "layer", "sage")
             or (isinstance(stages, (int, np.integer)) and not isinstance(stages, bool))):
         raise ExtractionError(
-            f"stages must be 'auto', 'module', 'layer', 'eqn' or an int, got {stages!r}")
+            f"stages must be 'auto', 'module', 'layer', 'sage', 'eqn' or an int, got {stages!r}")
     _check_loss(fn, args, has_aux)
     argnums_t = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for a in argnums_t:

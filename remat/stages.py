@@ -28,6 +28,8 @@ Modes (``stages=``):
   into contiguous cost-balanced (FLOPs) groups; merging whole natural units never cuts a layer.
 * ``"auto"``: ``"module"`` when it gives 2..64 module stages; else layers; more than 64 units
   are merged into 32.
+* ``"sage"``: Sage's fusion groups (:func:`remat.passes.fusion_labels`): each contraction or
+  reduction with its neighbouring element-wise ops, opaque ops (sort, argmax, scans) alone.
 
 Every ``scan`` equation is a stage of its own, named after the modules of its body
 (``fwd/GPT2/layers/block[scan x12]``): :mod:`remat.scans` plans inside it.
@@ -273,6 +275,25 @@ def _isolate_scans(eqns, units, names, scopes):
     return out_u, out_n
 
 
+def _sage_groups(eqns: Sequence[LeafEqn]) -> StageGroups:
+    """``stages="sage"``: Sage's fusion groups (:func:`remat.passes.fusion_labels`)."""
+    from remat.passes import eqn_class, fusion_labels
+
+    if not eqns:
+        return StageGroups(np.zeros(0, dtype=np.int64), ("fwd/top",), ((),), "sage")
+    classes = [eqn_class(e) for e in eqns]
+    labels = fusion_labels(classes)
+    names, keys = [], []
+    for g, (a, b) in enumerate(runs(labels.tolist())):
+        heavy = [eqns[j].name for j in range(a, b) if classes[j] != "symmetrical"]
+        if heavy and heavy[0] == "scan":
+            names.append(_scan_name(eqns[a], eqns[a].scope))
+        else:
+            names.append(f"fwd/fused{g}:{heavy[0] if heavy else 'elementwise'}")
+        keys.append(tuple(dict.fromkeys(eqns[j].scope for j in range(a, b))))
+    return StageGroups(labels, tuple(names), tuple(keys), "sage")
+
+
 # ------------------------------------------------------------------------------ main entry
 def group_forward(
     eqns: Sequence[LeafEqn],
@@ -287,8 +308,9 @@ def group_forward(
 
     Args:
       eqns: the forward program's leaf equations that compute the loss (program order).
-      stages: ``"auto"``, ``"module"``, ``"layer"`` or an int ``k`` (``"eqn"`` is handled by the
-        extractor on the training program).
+      stages: ``"auto"``, ``"module"``, ``"layer"``, ``"sage"`` (Sage's fusion groups,
+        :mod:`remat.passes`) or an int ``k`` (``"eqn"`` is handled by the extractor on the
+        training program).
       out_ids: the program outputs read after the last equation (the loss value).
       data_ids, param_ids: value ids of the batch leaves and of the differentiated arguments.
       flops: FLOPs per equation (cost balancing); ``None`` = 1 each.
@@ -297,6 +319,8 @@ def group_forward(
       ExtractionError: an unknown ``stages`` or ``k < 1``.
     """
     E = len(eqns)
+    if stages == "sage":
+        return _sage_groups(eqns)
     fl = np.ones(E) if flops is None else np.asarray(flops, dtype=np.float64)
     is_int = isinstance(stages, (int, np.integer)) and not isinstance(stages, bool)
     if not (is_int or stages in ("auto", "module", "layer")):

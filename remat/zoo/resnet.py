@@ -46,14 +46,16 @@ class BasicBlock(nn.Module):
 
     features: int
     strides: int = 1
+    batch_norm: bool = True
     expansion = 1
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
-        y = ConvBN(self.features, 3, self.strides, name="conv1")(x, train)
-        y = ConvBN(self.features, 3, 1, act=None, name="conv2")(y, train)
+        y = ConvBN(self.features, 3, self.strides, batch_norm=self.batch_norm, name="conv1")(x, train)
+        y = ConvBN(self.features, 3, 1, act=None, batch_norm=self.batch_norm, name="conv2")(y, train)
         if self.strides != 1 or x.shape[-1] != self.features:
-            x = ConvBN(self.features, 1, self.strides, padding=0, act=None, name="shortcut")(x, train)
+            x = ConvBN(self.features, 1, self.strides, padding=0, act=None, batch_norm=self.batch_norm,
+                       name="shortcut")(x, train)
         return nn.relu(x + y)
 
 
@@ -62,16 +64,18 @@ class Bottleneck(nn.Module):
 
     features: int
     strides: int = 1
+    batch_norm: bool = True
     expansion = 4
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         out = self.features * self.expansion
-        y = ConvBN(self.features, 1, 1, padding=0, name="conv1")(x, train)
-        y = ConvBN(self.features, 3, self.strides, name="conv2")(y, train)
-        y = ConvBN(out, 1, 1, padding=0, act=None, name="conv3")(y, train)
+        y = ConvBN(self.features, 1, 1, padding=0, batch_norm=self.batch_norm, name="conv1")(x, train)
+        y = ConvBN(self.features, 3, self.strides, batch_norm=self.batch_norm, name="conv2")(y, train)
+        y = ConvBN(out, 1, 1, padding=0, act=None, batch_norm=self.batch_norm, name="conv3")(y, train)
         if self.strides != 1 or x.shape[-1] != out:
-            x = ConvBN(out, 1, self.strides, padding=0, act=None, name="shortcut")(x, train)
+            x = ConvBN(out, 1, self.strides, padding=0, act=None, batch_norm=self.batch_norm,
+                       name="shortcut")(x, train)
         return nn.relu(x + y)
 
 
@@ -83,19 +87,23 @@ class ResNet(nn.Module):
     widths: Sequence[int] = (64, 128, 256, 512)
     num_classes: int = 1000
     stem: str = "imagenet"  # or "cifar"
+    batch_norm: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         block_cls = BasicBlock if self.block == "basic" else Bottleneck
         if self.stem == "imagenet":
-            x = ConvBN(self.widths[0], 7, 2, padding=3, name="stem")(x, train)
+            x = ConvBN(self.widths[0], 7, 2, padding=3, batch_norm=self.batch_norm,
+                       name="stem")(x, train)
             x = max_pool(x, 3, 2, padding=1)
         else:
-            x = ConvBN(self.widths[0], 3, 1, padding=1, name="stem")(x, train)
+            x = ConvBN(self.widths[0], 3, 1, padding=1, batch_norm=self.batch_norm,
+                       name="stem")(x, train)
         for s, (n_blocks, w) in enumerate(zip(self.stage_sizes, self.widths), start=1):
             for b in range(n_blocks):
                 strides = 2 if (s > 1 and b == 0) else 1
-                x = block_cls(w, strides, name=f"stage{s}_block{b + 1}")(x, train)
+                x = block_cls(w, strides, batch_norm=self.batch_norm,
+                              name=f"stage{s}_block{b + 1}")(x, train)
         return nn.Dense(self.num_classes, name="head")(global_avg_pool(x))
 
 
@@ -114,6 +122,7 @@ def _build_resnet(
     seed: int,
     abstract: bool,
     init: str,
+    batch_norm: bool = True,
 ) -> ModelSpec:
     image_size = default_size if image_size is None else image_size
     num_classes = (10 if image_size <= 64 else 1000) if num_classes is None else num_classes
@@ -132,9 +141,10 @@ def _build_resnet(
     rng = np.random.default_rng(seed)
     batch = image_batch(rng, batch_size, image_size, 3, num_classes)
     module = ResNet(stage_sizes=stage_sizes, block=block, widths=widths,
-                    num_classes=num_classes, stem=stem)
+                    num_classes=num_classes, stem=stem, batch_norm=bool(batch_norm))
     opts = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
-                widths=widths, stage_sizes=stage_sizes, stem=stem, seed=seed)
+                widths=widths, stage_sizes=stage_sizes, stem=stem, seed=seed,
+                batch_norm=bool(batch_norm))
     return build_spec(name, module, batch, input_key="image",
                       objective=lambda logits, b: softmax_xent(logits, b["label"]),
                       seed=seed, abstract=abstract, options=opts, init=init)
@@ -152,6 +162,7 @@ def build_resnet18(
     seed: int = 0,
     abstract: bool = False,
     init: str = "numpy",
+    batch_norm: bool = True,
 ) -> ModelSpec:
     """``resnet18``: batch ``{"image": float32[B, S, S, 3], "label": int32[B]}``.
 
@@ -161,9 +172,12 @@ def build_resnet18(
       width: stage-1 channels (64); stages scale as 1, 2, 4, 8 x ``width/64``.
       widths / stage_sizes: explicit per-stage channels / block counts (default 2-2-2-2).
       stem: ``"auto"`` (CIFAR stem below 100 px), ``"cifar"`` or ``"imagenet"``.
+      batch_norm: ``True`` (default) conv-BN layers; ``False``: convolutions with bias and no
+        normalisation (no batch coupling, so gradient accumulation is exact).
     """
     return _build_resnet("resnet18", 32, (2, 2, 2, 2), "basic", batch_size, image_size,
-                         num_classes, width, widths, stage_sizes, stem, seed, abstract, init)
+                         num_classes, width, widths, stage_sizes, stem, seed, abstract, init,
+                         batch_norm)
 
 
 def build_resnet50(
@@ -178,8 +192,10 @@ def build_resnet50(
     seed: int = 0,
     abstract: bool = False,
     init: str = "numpy",
+    batch_norm: bool = True,
 ) -> ModelSpec:
     """``resnet50``: as :func:`build_resnet18` with 3-4-6-3 bottleneck blocks; default 224 px
     (ImageNet, as in Checkmate and Sage)."""
     return _build_resnet("resnet50", 224, (3, 4, 6, 3), "bottleneck", batch_size, image_size,
-                         num_classes, width, widths, stage_sizes, stem, seed, abstract, init)
+                         num_classes, width, widths, stage_sizes, stem, seed, abstract, init,
+                         batch_norm)
