@@ -576,7 +576,7 @@ def extract(
         "stage_mode": mode,
         "argnums": argnums,
         "batch_size": B,
-        "batch_coupled": batch_coupled(fwd, B),
+        "batch_coupled": batch_coupled(fwd, B, [fwd.arg_ids[i] for i in np.flatnonzero(data)]),
         "loss_nodes": tuple(loss_nodes),
         "n_eqns": len(eqns),
         "n_dead_eqns": len(vg.eqns) - len(eqns),

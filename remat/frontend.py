@@ -378,7 +378,7 @@ _BATCH_REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce
                                "cumprod", "cummax", "cummin", "sort"})
 
 
-def batch_coupled(fj: FlatJaxpr, B: int | None) -> bool:
+def batch_coupled(fj: FlatJaxpr, B: int | None, data_ids: Sequence[int] | None = None) -> bool:
     """Whether samples of a batch interact in ``fj`` beyond the final loss reduction.
 
     Dataflow rule: a value is *batch-reduced* when it comes from a reduction over axis 0 of a
@@ -390,16 +390,22 @@ def batch_coupled(fj: FlatJaxpr, B: int | None) -> bool:
     changes its math, not only its memory.  Only the leading axis is tracked: coupling through a
     transposed batch axis (an in-batch similarity ``x @ x.T``) is not detected.
 
+    With ``data_ids`` a value has a batch axis only when it also *depends on the data*
+    (dataflow from those arguments): a ``16 x 16`` weight at batch 16 is not a batch of samples.
+
     Args:
       fj: the forward program.
       B: the batch size (``None`` or 1: ``False``, nothing to split).
+      data_ids: value ids of the data (micro-batched) arguments; ``None``: every value whose
+        leading dimension is ``B`` counts as batched.
     """
     if not B or B <= 1:
         return False
     avals = fj.avals
+    from_data: set[int] | None = None if data_ids is None else set(data_ids)
 
     def lead(v) -> bool:
-        if not isinstance(v, int):
+        if not isinstance(v, int) or (from_data is not None and v not in from_data):
             return False
         shape = getattr(avals[v], "shape", ())
         return len(shape) >= 1 and shape[0] == B
@@ -407,6 +413,8 @@ def batch_coupled(fj: FlatJaxpr, B: int | None) -> bool:
     reduced: set[int] = set()
     for e in fj.eqns:
         ins = [v for v in e.ins if isinstance(v, int)]
+        if from_data is not None and any(v in from_data for v in ins):
+            from_data.update(v for v in e.outs if isinstance(v, int))
         tainted = any(v in reduced for v in ins)
         if tainted and any(lead(v) and v not in reduced for v in ins):
             return True

@@ -300,3 +300,9 @@ def test_batch_coupling_is_detected_from_the_dataflow():
     assert remat.extract(loss, p, b).meta["batch_coupled"] is True  # flax BatchNorm
     loss, p, b = remat.zoo.get("mlp", batch_size=4, depth=3, width=16)
     assert remat.extract(loss, p, b).meta["batch_coupled"] is False
+    # a square weight whose first dimension equals the batch size is not a batch of samples
+    w16, x16 = jnp.ones((16, 16)), jnp.ones((16, 16))
+    assert remat.extract(plain_loss, w16, x16).meta["batch_coupled"] is False
+    assert remat.extract(bn_loss, w16, x16).meta["batch_coupled"] is True
+    loss, p, b = remat.zoo.get("mlp", batch_size=16, depth=3, width=16)
+    assert remat.extract(loss, p, b).meta["batch_coupled"] is False
