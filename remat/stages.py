@@ -27,7 +27,8 @@ Modes (``stages=``):
 * ``int k``: at most ``k`` stages: module stages (the loss stage kept apart) or layers, merged
   into contiguous cost-balanced (FLOPs) groups; merging whole natural units never cuts a layer.
 * ``"auto"``: ``"module"`` when it gives 2..64 module stages; else layers; more than 64 units
-  are merged into 32.
+  are merged into 32.  ``"module"`` and ``"layer"`` asked for by name are never merged (a
+  100-layer Flax MLP gives 101 + 101 nodes).
 * ``"sage"``: Sage's fusion groups (:func:`remat.passes.fusion_labels`): each contraction or
   reduction with its neighbouring element-wise ops, opaque ops (sort, argmax, scans) alone.
 
@@ -349,7 +350,7 @@ def group_forward(
         unit_names = [f"fwd/{prefix}{u}" for u in range(len(units))]
         loss_run = None
     k = int(stages) if is_int else None
-    if k is None and len(units) > AUTO_MAX_STAGES:
+    if k is None and stages == "auto" and len(units) > AUTO_MAX_STAGES:
         k = AUTO_K_MANY
     if k is not None:
         kb = k - 1 if (loss_run is not None and k >= 2) else k
