@@ -35,6 +35,7 @@ from solvers.checkmate import (
     solve_checkmate_lp,
     to_frontier_form,
 )
+from solvers.checkmate.lns import solve_checkmate_lns
 
 
 @register("checkmate")
@@ -52,6 +53,11 @@ class Checkmate(BasePolicy):
       relax: ``None`` for the exact MILP, ``"lp"`` for LP relaxation + rounding.
       solver: ``"highs"`` (highspy, direct) or ``"cvxpy"`` (cvxpy's HiGHS; exact MILP only).
       warm_start: start the MILP from the best available heuristic schedule.
+      lns: anytime mode for large graphs: improve the best warm start by large-neighbourhood
+        search (:func:`solvers.checkmate.lns.solve_checkmate_lns`, windows of ``lns_window``
+        steps re-solved by the MILP) instead of one MILP over every step; falls back to the
+        MILP when no frontier-form warm start fits.
+      lns_window: initial LNS window (steps).
 
     ``plan(graph, budget=None)`` returns a :class:`remat.Plan` whose ``meta`` holds ``policy``,
     ``budget``, ``status``, ``solve_time_s``, ``gap``, ``objective`` (compute cost of the plan, the
@@ -70,6 +76,8 @@ class Checkmate(BasePolicy):
     relax: str | None = None
     solver: str = "highs"
     warm_start: bool = True
+    lns: bool = False
+    lns_window: int = 16
 
     shortcut = True
 
@@ -97,8 +105,13 @@ class Checkmate(BasePolicy):
                                    else (None, None, {}))
             warm_s = time.perf_counter() - t0
             left = max(1.0, time_limit - warm_s)  # warm start counts
-            sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
-                                  threads=self.threads, backend=self.solver, warm_start=warm)
+            if self.lns and isinstance(warm, tuple):
+                sol = solve_checkmate_lns(problem, warm, time_limit=left, window=self.lns_window,
+                                          mip_gap=self.mip_gap, threads=self.threads)
+            else:
+                sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
+                                      threads=self.threads, backend=self.solver,
+                                      warm_start=warm)
         meta = dict(sol.meta)
         R, S, status, objective, best_of = sol.R, sol.S, sol.status, sol.objective, "solver"
         if self.relax is None and isinstance(warm, tuple):
@@ -113,7 +126,7 @@ class Checkmate(BasePolicy):
         meta["best_of"] = best_of
         if self.relax is None:
             meta["warm_start_time_s"] = warm_s
-            if meta.get("warm_start") == "given":
+            if meta.get("warm_start") == "given" or meta.get("method") == "lns":
                 meta["warm_start"] = source
         gap = (objective - sol.lower_bound) / objective if objective > 0 else 0.0
         meta.update(status=status, gap=max(0.0, gap), objective=objective,

@@ -141,6 +141,10 @@ class MilpModel:
         vals = np.broadcast_to(np.asarray(values, dtype=np.float64), idx.shape).ravel()
         self._fixed.append((idx, vals.copy()))
 
+    def clear_fixes(self) -> None:
+        """Drop every :meth:`fix` (bounds return to those of :meth:`add_vars`/:meth:`set_bounds`)."""
+        self._fixed = []
+
     def set_bounds(self, idx: np.ndarray, lb: float | np.ndarray | None = None,
                    ub: float | np.ndarray | None = None) -> None:
         """Change bounds of existing variables ``idx``."""
