@@ -1,48 +1,173 @@
-"""Sweeps over (model, policy, budget) with one tidy CSV row each, resumable.
+"""Sweeps over (model, batch, policy, budget, device) with one tidy row each, resumable, on one
+machine or as Ray tasks.
 
-``sweep(models, policies, budgets, out=...)`` writes a row as soon as it is finished, so an
-interrupted sweep keeps every finished row, and a re-run skips the rows already in ``out``.
+``sweep(models, policies, budgets, out=...)`` writes a row as soon as it is finished (CSV, one
+``flush`` per row), so an interrupted sweep keeps every finished row, and a re-run skips the rows
+already in ``out`` (the key is :data:`KEY`).  A truncated last line (a process killed while
+writing) is dropped on resume.  Parquet (``out`` ending in ``.parquet``, or ``formats``) is
+written from the same rows, with typed columns, next to the CSV that stays the resumable store.
+
+``backend="ray"`` runs every row as a Ray task (``ray.init(address=...)`` for an existing
+cluster, a local one when ``address`` is ``None``); each task builds its policy with its own
+``threads`` (default 1) and ``time_limit``, each worker builds each model once (a per-process
+cache), and rows are written to the same table as tasks complete.  Ray and pyarrow are the
+optional extra ``[cluster]`` and are imported only when asked for
+(:class:`remat.errors.MissingDependencyError` otherwise).
+
+Columns (:data:`FIELDS`; bytes are activation bytes, parameters excluded; times in seconds of
+the device model, or the graph's own cost units without a device; energy in joules):
+``peak_bytes`` (simulated peak, ``remat.simulate``), ``predicted_residual_bytes`` /
+``realised_residual_bytes`` (bytes the plan keeps for the backward pass, and what
+``jax.checkpoint`` really saves, ``remat.apply_plan``; only for models given with their function
+and ``residuals=True``), ``overhead`` (compute time over checkpoint-all's, eq. 1 of Checkmate),
+``compute_time_s``, ``energy_j`` (compute + paging), ``paging_time_s``, ``paging_energy_j``,
+``bytes_paged``, solver ``status``/``gap``/``objective``/``lower_bound`` (in
+``objective_unit``: seconds, joules or bytes, per policy)/``solve_time_s``, and
+``min_feasible_bytes`` for an infeasible budget.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from remat.errors import InfeasibleBudgetError, NotApplicableError, RematError
+from remat.errors import (
+    InfeasibleBudgetError,
+    MissingDependencyError,
+    NotApplicableError,
+    RematError,
+)
+
+#: The row key: one row per (model, batch, policy, budget, device).
+KEY = ("model", "batch_size", "policy", "budget_spec", "device")
+
+_INT = {"batch_size", "budget_bytes", "no_remat_peak_bytes", "peak_bytes",
+        "predicted_residual_bytes", "realised_residual_bytes", "recomputations", "bytes_paged",
+        "min_feasible_bytes"}
+_FLOAT = {"overhead", "compute_time_s", "energy_j", "paging_time_s", "paging_energy_j",
+          "solve_time_s", "gap", "objective", "lower_bound", "row_time_s"}
 
 FIELDS = [
-    "model", "policy", "budget_spec", "budget_bytes", "no_remat_peak_bytes", "status",
-    "peak_bytes", "overhead", "compute_time_s", "energy_j", "recomputations", "solve_time_s",
-    "gap", "min_feasible_bytes", "error",
+    *KEY, "budget_bytes", "no_remat_peak_bytes", "status", "peak_bytes",
+    "predicted_residual_bytes", "realised_residual_bytes", "overhead", "compute_time_s",
+    "energy_j", "paging_time_s", "paging_energy_j", "bytes_paged", "recomputations",
+    "solve_time_s", "gap", "objective", "lower_bound", "objective_unit", "min_feasible_bytes",
+    "row_time_s", "error",
+]
+
+#: Columns that do not depend on timing (equal across backends and re-runs).
+DETERMINISTIC = [
+    *KEY, "budget_bytes", "no_remat_peak_bytes", "status", "peak_bytes",
+    "predicted_residual_bytes", "realised_residual_bytes", "overhead", "compute_time_s",
+    "energy_j", "paging_time_s", "paging_energy_j", "bytes_paged", "recomputations",
+    "min_feasible_bytes",
 ]
 
 
-def _key(row: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(row["model"]), str(row["policy"]), str(row["budget_spec"]))
+def _require(package: str, what: str):
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise MissingDependencyError(package, "cluster", what) from None
 
 
-def read_rows(path: str | os.PathLike) -> list[dict[str, str]]:
-    """Rows already in a results CSV (empty list when the file does not exist)."""
+def _key(row: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple("" if row.get(k) is None else str(row.get(k, "")) for k in KEY)
+
+
+def _typed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row with numbers as ``int``/``float`` and blanks as ``None`` (CSV reads give str)."""
+    out: dict[str, Any] = {}
+    for k in FIELDS:
+        v = row.get(k)
+        if v is None or v == "":
+            out[k] = None
+        elif k in _INT:
+            out[k] = int(float(v))
+        elif k in _FLOAT:
+            out[k] = float(v)
+        else:
+            out[k] = str(v)
+    return out
+
+
+def read_rows(path: str | os.PathLike, *, typed: bool = False) -> list[dict]:
+    """Rows already in a results CSV (empty list when the file does not exist); ``typed``
+    converts numbers (see :func:`_typed`)."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    return [_typed(r) for r in rows] if typed else rows
 
 
-def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name: str = "") -> dict:
-    """Plan ``graph`` with ``policy`` at ``budget`` and simulate; never raises for a typed error
-    (the row records it)."""
+def _repair(path: str) -> None:
+    """Drop a truncated last line and move a file with another header to :data:`FIELDS`."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    if header != FIELDS:
+        rows = read_rows(path)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, path)
+
+
+def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> None:
+    """Write rows (str or typed) to Parquet with one typed column per :data:`FIELDS` entry."""
+    pa = _require("pyarrow", "Parquet output")
+    pq = _require("pyarrow.parquet", "Parquet output")
+    typed = [_typed(r) for r in rows]
+    kinds = {k: pa.int64() if k in _INT else pa.float64() if k in _FLOAT else pa.string()
+             for k in FIELDS}
+    schema = pa.schema([(k, kinds[k]) for k in FIELDS])
+    table = pa.table({k: pa.array([r[k] for r in typed], type=kinds[k]) for k in FIELDS},
+                     schema=schema)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    pq.write_table(table, str(path))
+
+
+def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name: str = "",
+             batch_size: int | None = None, fn_args: tuple | None = None) -> dict:
+    """Plan ``graph`` with ``policy`` at ``budget`` and simulate; never raises for an error of
+    the policy (the row records it in ``status``/``error``).
+
+    Args:
+      graph: the training graph.
+      policy: an object with ``plan(graph, budget=...)``.
+      budget: bytes or a spec (``"60%"``, ``"512MiB"``).
+      device: a ``remat.devices`` profile (or name) for modelled time/energy/paging, or ``None``.
+      fn_args: ``(loss_fn, args)`` the graph was extracted from: adds the realised residual
+        bytes of the plan applied with ``jax.checkpoint``.
+
+    Returns:
+      One row (see :data:`FIELDS`; bytes, seconds, joules).
+    """
     import remat
 
+    t_row = time.perf_counter()
+    dev_name = "" if device is None else getattr(device, "name", str(device))
     row: dict[str, Any] = {
         "model": model or graph.name,
+        "batch_size": batch_size,
         "policy": policy_name or getattr(policy, "name", type(policy).__name__),
         "budget_spec": str(budget),
+        "device": dev_name,
         "no_remat_peak_bytes": graph.no_remat_peak(),
     }
     try:
@@ -57,10 +182,26 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
             overhead=rep.overhead,
             compute_time_s=rep.compute_time_s,
             energy_j=rep.energy_j,
+            paging_time_s=rep.paging_time_s,
+            paging_energy_j=rep.paging_energy_j,
+            bytes_paged=rep.bytes_paged,
             recomputations=rep.recomputations,
             solve_time_s=plan.meta.get("solve_time_s", wall),
             gap=plan.meta.get("gap", ""),
+            objective=plan.meta.get("objective", ""),
+            lower_bound=plan.meta.get("lower_bound", ""),
+            objective_unit=plan.meta.get("objective_unit", ""),
         )
+        if fn_args is not None and getattr(plan, "microbatches", 1) == 1:
+            try:
+                from remat.apply import apply_plan
+
+                app = apply_plan(fn_args[0], fn_args[1], None, graph=graph, plan=plan,
+                                 warn=False)
+                row.update(predicted_residual_bytes=app.predicted_residual_bytes,
+                           realised_residual_bytes=app.residual_bytes)
+            except Exception as exc:  # the plan stands; only its realisation is not measured
+                row["error"] = f"residuals not measured: {type(exc).__name__}: {exc}"
     except InfeasibleBudgetError as exc:
         row.update(status="infeasible", min_feasible_bytes=exc.min_feasible_bytes, error=str(exc))
     except NotApplicableError as exc:  # another kind of graph, not a failure
@@ -69,50 +210,210 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # recorded, never silently dropped
         row.update(status="crash", error=f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=2)}")
+    row["row_time_s"] = time.perf_counter() - t_row
     return row
 
 
+# --------------------------------------------------------------------------- building a row
+def configure_policy(policy: Any, *, threads: int | None = None,
+                     time_limit: float | None = None, device: Any = None) -> Any:
+    """The policy a row runs: a registry name is built with ``threads``/``time_limit``/
+    ``device`` where it takes them; a dataclass policy object gets ``threads``/``time_limit``
+    by ``dataclasses.replace`` (its own ``device`` is kept); any other object is used as is."""
+    import policies as registry
+
+    given = {"threads": threads, "time_limit": time_limit, "device": device}
+    if isinstance(policy, str):
+        opts = registry.option_names(policy)
+        return registry.get(policy, **{k: v for k, v in given.items()
+                                       if v is not None and k in opts})
+    if dataclasses.is_dataclass(policy) and not isinstance(policy, type):
+        names = {f.name for f in dataclasses.fields(policy) if f.init}
+        kw = {k: v for k, v in given.items() if v is not None and k in names and k != "device"}
+        return dataclasses.replace(policy, **kw) if kw else policy
+    return policy
+
+
+def build_model(spec: Any, batch_size: int | None, stages: Any = "auto"):
+    """``(graph, fn_args)`` of a model spec: a ``Graph``; a zoo name or a ``.json`` graph path;
+    or a callable (called with ``batch_size=`` when one is given, else with no argument)
+    returning a ``Graph`` or a ``(loss_fn, params, batch)`` triple.  ``fn_args`` is
+    ``(loss_fn, (params, batch))`` when the function is known, else ``None``."""
+    import remat
+
+    if isinstance(spec, str):
+        if spec.endswith(".json"):
+            return remat.load_graph(spec), None
+        spec_fn = spec
+
+        def spec(batch_size=8):  # noqa: F811 - a zoo name
+            return remat.zoo.get(spec_fn, batch_size=batch_size)
+
+        if batch_size is None:
+            batch_size = 8
+    if callable(spec) and not hasattr(spec, "no_remat_peak"):
+        spec = spec(batch_size=batch_size) if batch_size is not None else spec()
+    if isinstance(spec, tuple) and len(spec) == 3:
+        loss_fn, params, batch = spec
+        g = remat.extract(loss_fn, params, batch, stages=stages)
+        return g, (loss_fn, (params, batch))
+    return spec, None
+
+
+_MODEL_CACHE: dict[tuple, tuple] = {}
+
+
+def _run_row(spec, name: str, batch, policy, pname: str, budget, device, *, token: str,
+             threads, time_limit, residuals: bool, stages) -> dict:
+    """One row, in this process (local backend) or a Ray worker; each model is built once per
+    process and sweep (``token``)."""
+    import remat
+
+    ck = (token, name, batch, str(stages))
+    if ck not in _MODEL_CACHE:
+        _MODEL_CACHE[ck] = build_model(spec, batch, stages)
+    graph, fn_args = _MODEL_CACHE[ck]
+    dev = None if device in (None, "") else remat.devices.get(device)
+    pol = configure_policy(policy, threads=threads, time_limit=time_limit, device=dev)
+    return evaluate(graph, pol, budget, device=dev, model=name, policy_name=pname,
+                    batch_size=batch, fn_args=fn_args if residuals else None)
+
+
+# --------------------------------------------------------------------------- the sweep
 def sweep(
-    models: Mapping[str, Callable[[], Any]] | Iterable[tuple[str, Any]],
-    policies: Mapping[str, Any],
+    models: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    policies: Mapping[str, Any] | Sequence[str],
     budgets: Sequence[Any],
     *,
     out: str | os.PathLike,
-    device=None,
+    batch_sizes: Sequence[int | None] = (None,),
+    devices: Sequence[str | None] = (None,),
+    backend: str = "local",
+    address: str | None = None,
+    num_cpus: int | None = None,
+    threads: int | None = None,
+    time_limit: float | None = None,
+    residuals: bool = True,
+    stages: Any = "auto",
+    quick: bool = False,
+    formats: Sequence[str] | None = None,
     progress: bool = True,
+    on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Run every (model, policy, budget) and append one row each to the CSV ``out``.
+    """Run every (model, batch, policy, budget, device) missing from ``out``; one row each.
 
     Args:
-      models: name -> Graph, or name -> zero-argument callable returning a Graph (built lazily,
-        only if some row of that model is missing).
-      policies: name -> Policy object.
+      models: name -> spec (a ``Graph``, a zoo name or ``.json`` path, or a callable returning
+        a ``Graph`` or ``(loss_fn, params, batch)``; built lazily, once per process).
+      policies: name -> policy object, or registry names (built per row with ``threads`` and
+        ``time_limit``; a policy with a ``device`` option gets the row's device).
       budgets: budget specs (bytes, ``"60%"``, ``"512MiB"``).
-      out: CSV path; existing rows are kept and skipped (resume).
-      device: optional device profile for ``remat.simulate``.
+      out: the CSV store (``*.csv``) or a ``*.parquet`` path (the CSV store is then the same
+        path with ``.csv``); finished rows are kept and skipped.
+      batch_sizes: batch sizes for zoo names / callables (``None``: the model's default).
+      devices: ``remat.devices`` names (``None``: the graph's own costs; for a zoo model those
+        of the ``host`` profile, calibrated by timing in the process that extracts it, so they
+        differ between processes and machines -- name a device for reproducible rows).
+      backend: ``"local"`` (this process) or ``"ray"`` (one Ray task per row).
+      address: Ray cluster address (``None``: start a local cluster with ``num_cpus``).
+      threads, time_limit: solver threads / seconds of each row's policy (Ray default: 1 thread).
+      residuals: measure realised residual bytes when the model's function is known.
+      quick: time limit at most 5 s, only the first batch size and device, at most three
+        budgets (first, middle, last), no residual measurement.
+      formats: subset of ``("csv", "parquet")`` (default: from ``out``'s suffix).
+      on_row: called with each new row after it is written (progress hooks, tests).
 
     Returns:
-      All rows of ``out`` after the sweep (old and new) as dicts.
+      Every row of the store after the sweep (old and new), typed (:func:`read_rows`).
     """
     from tqdm.auto import tqdm
 
-    items = list(models.items()) if isinstance(models, Mapping) else list(models)
-    done = {_key(r) for r in read_rows(out)}
+    out = os.fspath(out)
+    fmts = set(formats or (("parquet",) if out.endswith(".parquet") else ("csv",)))
+    if fmts - {"csv", "parquet"} or not fmts:
+        raise RematError(f"unknown formats {sorted(fmts)}; available: csv, parquet")
+    if backend not in ("local", "ray"):
+        raise RematError(f"unknown backend {backend!r}; available: local, ray")
+    store = out[: -len(".parquet")] + ".csv" if out.endswith(".parquet") else out
+    pq_path = store[: -len(".csv")] + ".parquet" if store.endswith(".csv") else store + ".parquet"
+    if "parquet" in fmts:
+        _require("pyarrow", "Parquet output")
+    pols = dict(policies) if isinstance(policies, Mapping) else {p: p for p in policies}
+    items = dict(models.items() if isinstance(models, Mapping) else models)
+    budgets, batch_sizes, devices = list(budgets), list(batch_sizes), list(devices)
+    if quick:
+        time_limit = min(time_limit or 5.0, 5.0)
+        batch_sizes, devices, residuals = batch_sizes[:1], devices[:1], False
+        if len(budgets) > 3:
+            budgets = [budgets[0], budgets[len(budgets) // 2], budgets[-1]]
+    if backend == "ray" and threads is None:
+        threads = 1
+
+    os.makedirs(os.path.dirname(os.path.abspath(store)), exist_ok=True)
+    if os.path.exists(store) and os.path.getsize(store):
+        _repair(store)
+    done = {_key(r) for r in read_rows(store)}
     todo = [
-        (m, p, b) for m, _ in items for p in policies for b in budgets if (m, p, str(b)) not in done
+        (m, bs, p, b, d)
+        for m in items for bs in batch_sizes for p in pols for b in budgets for d in devices
+        if _key({"model": m, "batch_size": bs, "policy": p, "budget_spec": b,
+                 "device": d or ""}) not in done
     ]
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    new_file = not os.path.exists(out)
-    graphs: dict[str, Any] = {}
-    with open(out, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        if new_file:
-            writer.writeheader()
-        for m, p, b in tqdm(todo, disable=not progress, desc="sweep"):
-            if m not in graphs:
-                src = dict(items)[m]
-                graphs[m] = src() if callable(src) else src
-            row = evaluate(graphs[m], policies[p], b, device=device, model=m, policy_name=p)
-            writer.writerow(row)
-            f.flush()
-    return read_rows(out)
+    new_file = not os.path.exists(store) or not os.path.getsize(store)
+    token = uuid.uuid4().hex
+    try:
+        with open(store, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            if new_file:
+                writer.writeheader()
+                f.flush()
+
+            def emit(row):
+                writer.writerow(row)
+                f.flush()
+                bar.update(1)
+                if on_row is not None:
+                    on_row(row)
+
+            with tqdm(total=len(todo), disable=not progress, desc=f"sweep[{backend}]") as bar:
+                args = dict(token=token, threads=threads, time_limit=time_limit,
+                            residuals=residuals, stages=stages)
+                if backend == "local":
+                    for m, bs, p, b, d in todo:
+                        emit(_run_row(items[m], m, bs, pols[p], p, b, d, **args))
+                else:
+                    _run_ray(todo, items, pols, args, emit, address=address, num_cpus=num_cpus)
+    finally:
+        for k in [k for k in _MODEL_CACHE if k[0] == token]:
+            del _MODEL_CACHE[k]
+        if "parquet" in fmts:
+            write_parquet(read_rows(store), pq_path)
+    return read_rows(store, typed=True)
+
+
+def _run_ray(todo, items, pols, args, emit, *, address, num_cpus) -> None:
+    """Submit every row as a Ray task and ``emit`` each as it completes; pending tasks are
+    cancelled when the driver stops early (an interrupt, an error of ``emit``)."""
+    ray = _require("ray", "backend='ray'")
+    started = False
+    if not ray.is_initialized():
+        kw = {"address": address} if address else {"num_cpus": num_cpus}
+        ray.init(**kw, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 configure_logging=False)
+        started = True
+    pending: list = []
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_run_row)
+        refs = {m: ray.put(items[m]) for m in {t[0] for t in todo}}
+        pending = [task.remote(refs[m], m, bs, pols[p], p, b, d, **args)
+                   for m, bs, p, b, d in todo]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            emit(ray.get(ready[0]))
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if pending:  # return only once the cancelled tasks are gone
+            ray.wait(pending, num_returns=len(pending), timeout=30)
+        if started:
+            ray.shutdown()

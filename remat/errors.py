@@ -144,6 +144,21 @@ class BudgetFormatError(RematError, ValueError):
     """A budget string or number cannot be parsed (e.g. ``"60 percent"``)."""
 
 
+class MissingDependencyError(RematError, ImportError):
+    """An optional dependency is not installed; names the extra that provides it.
+
+    Attributes:
+      package: the import name that failed (``"ray"``, ``"pyarrow"``).
+      extra: the ``pip install -e ".[extra]"`` extra that installs it.
+    """
+
+    def __init__(self, package: str, extra: str, what: str = ""):
+        self.package = package
+        self.extra = extra
+        super().__init__(f"{what or package} needs the optional package {package!r}, not "
+                         f"installed; install it with: pip install -e \".[{extra}]\"")
+
+
 class UnknownNameError(RematError, KeyError):
     """A registry lookup (policy, device profile, zoo model) failed; lists what exists."""
 

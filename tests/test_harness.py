@@ -74,3 +74,164 @@ def test_a_policy_that_does_not_apply_is_a_row_marked_na():
                            is_backward=[False] * 3 + [True] * 2)
     row = evaluate(dag, policies.ChainDP(), "90%")
     assert row["status"] == "n/a" and "not a chain" in row["error"]
+
+
+# --------------------------------------------------------------------------- tidy rows, Parquet
+def test_sweep_rows_are_tidy_and_parquet_matches_csv(tmp_path):
+    """One row per (model, batch, policy, budget, device); the simulated columns are those of
+    ``remat.simulate`` on the policy's own plan; the Parquet file holds the same typed rows."""
+    pq = __import__("pytest").importorskip("pyarrow.parquet")
+    from experiments.harness import DETERMINISTIC, FIELDS
+
+    g = remat.chain_graph(8, sizes=[1, 2, 3, 4, 4, 3, 2, 1])
+    names = ["checkpoint_all", "sqrtn", "poet"]
+    rows = sweep({"chain": g}, names, ["100%", "70%"], devices=[None, "cortex-m4"],
+                 batch_sizes=[2], out=tmp_path / "rows.parquet", formats=["csv", "parquet"],
+                 progress=False)
+    assert len(rows) == 3 * 2 * 2
+    assert len({tuple(r[k] for k in ("model", "batch_size", "policy", "budget_spec", "device"))
+                for r in rows}) == len(rows)
+    for r in rows:
+        if r["status"] in ("infeasible", "n/a"):
+            continue
+        dev = remat.devices.get(r["device"]) if r["device"] else None
+        pol = policies.get(r["policy"], **({"device": dev} if dev and r["policy"] == "poet" else {}))
+        rep = remat.simulate(g, pol.plan(g, budget=r["budget_spec"]), device=dev)
+        assert r["peak_bytes"] == rep.peak_bytes <= r["budget_bytes"]
+        assert r["energy_j"] == rep.energy_j and r["bytes_paged"] == rep.bytes_paged
+        assert r["paging_time_s"] == rep.paging_time_s
+    table = pq.read_table(tmp_path / "rows.parquet")
+    assert table.column_names == FIELDS
+    back = table.to_pylist()
+    key = lambda r: (r["policy"], r["budget_spec"], r["device"])  # noqa: E731
+    assert sorted(([r[k] for k in DETERMINISTIC] for r in back), key=str) == \
+        sorted(([r[k] for k in DETERMINISTIC] for r in rows), key=str)
+    assert {key(r) for r in back} == {key(r) for r in rows}
+
+
+# --------------------------------------------------------------------------- kill and resume
+_KILL_SCRIPT = '''
+import os, sys, time, uuid
+import policies, remat
+from experiments.harness import sweep
+
+class Slow:
+    name = "slow"
+    def __init__(self, inner, marks):
+        self.inner, self.marks = inner, marks
+    def plan(self, graph, budget=None):
+        open(os.path.join(self.marks, f"{self.inner}@{budget}@{uuid.uuid4().hex}"), "w").close()
+        time.sleep(float(os.environ.get("SLOW_S", "0")))
+        return policies.get(self.inner).plan(graph, budget=budget)
+
+marks, out = sys.argv[1], sys.argv[2]
+g = remat.chain_graph(6, sizes=[1, 2, 3, 3, 2, 1])
+pols = {p: Slow(p, marks) for p in ("checkpoint_all", "sqrtn", "recompute_all")}
+sweep({"chain": g}, pols, ["100%", "90%", "80%", "70%"], out=out, progress=False)
+'''
+
+
+def _marks(d):
+    """(policy, budget) of every plan call recorded in directory ``d`` (a list: repeats kept)."""
+    import os
+
+    return [tuple(n.split("@")[:2]) for n in os.listdir(d)]
+
+
+def test_sweep_killed_midway_resumes_without_recomputing_or_losing_rows(tmp_path):
+    """SIGKILL a sweep process after >= 3 rows are on disk; the re-run computes only the rows
+    that are missing (counted by marker files written by each plan call) and ends with every row
+    exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "kill_sweep.py"
+    script.write_text(_KILL_SCRIPT)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "rows.csv"
+    env = {**os.environ, "SLOW_S": "0.3", "XLA_FLAGS": "",
+           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(script), str(marks), str(out)], env=env)
+    t0 = time.time()
+    while len(read_rows(out)) < 3 and proc.poll() is None and time.time() - t0 < 60:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = read_rows(out)
+    assert 3 <= len(first) < 12, "the sweep was not killed midway"
+    done = {(r["policy"], r["budget_spec"]) for r in first}
+    before = len(_marks(marks))
+    env["SLOW_S"] = "0"
+    subprocess.run([sys.executable, str(script), str(marks), str(out)], env=env, check=True)
+    calls = _marks(marks)
+    rerun = len(calls) - before  # plan calls of the resumed run
+    final = read_rows(out)
+    keys = [(r["policy"], r["budget_spec"]) for r in final]
+    assert len(keys) == len(set(keys)) == 12  # nothing lost, nothing doubled
+    assert rerun == 12 - len(done)  # only the missing rows were planned again
+    # a finished row's plan was called once in all (the killed run), never again
+    from collections import Counter
+
+    counts = Counter(calls)
+    assert all(counts[k] == 1 for k in done)
+
+
+def test_missing_extra_is_a_typed_one_line_error(tmp_path, monkeypatch):
+    import sys
+
+    import pytest
+
+    from remat.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    g = remat.chain_graph(4, sizes=1)
+    with pytest.raises(MissingDependencyError, match=r'pip install -e "\.\[cluster\]"') as e:
+        sweep({"c": g}, ["checkpoint_all"], ["100%"], out=tmp_path / "r.csv", backend="ray",
+              progress=False)
+    assert "\n" not in str(e.value) and e.value.extra == "cluster"
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(MissingDependencyError, match="pyarrow"):
+        sweep({"c": g}, ["checkpoint_all"], ["100%"], out=tmp_path / "r.parquet", progress=False)
+
+
+def test_policies_get_threads_and_time_limit_and_quick_trims_the_grid(tmp_path):
+    from experiments.harness import configure_policy
+
+    p = configure_policy("checkmate", threads=1, time_limit=3.0)
+    assert p.threads == 1 and p.time_limit == 3.0
+    q = configure_policy(policies.get("checkmate", time_limit=50.0), threads=1, time_limit=3.0)
+    assert q.threads == 1 and q.time_limit == 3.0
+    assert configure_policy("sqrtn", threads=1, time_limit=3.0).name == "sqrtn"
+    g = remat.chain_graph(5, sizes=1)
+    rows = sweep({"c": g}, ["checkpoint_all"], ["100%", "95%", "90%", "85%", "80%"],
+                 devices=["cortex-m4", "rtx-3090"], quick=True, out=tmp_path / "q.csv",
+                 progress=False)
+    assert sorted(r["budget_spec"] for r in rows) == ["100%", "80%", "90%"]
+    assert {r["device"] for r in rows} == {"cortex-m4"}
+
+
+def test_a_truncated_last_line_and_an_old_header_are_repaired(tmp_path):
+    """A process killed while writing leaves half a line: it is dropped and recomputed; a file
+    with the old columns is moved to the current ones, its rows kept."""
+    out = tmp_path / "rows.csv"
+    g = remat.chain_graph(6, sizes=1)
+    pol = _CountingPolicy()
+    sweep({"chain": g}, {"counting": pol}, ["100%", "90%", "80%"], out=out, progress=False)
+    text = out.read_text()
+    out.write_text(text[: len(text) - 20])  # cut into the last row
+    assert len(read_rows(out)) == 3  # csv reads the half row as a row
+    rows = sweep({"chain": g}, {"counting": pol}, ["100%", "90%", "80%"], out=out, progress=False)
+    assert pol.calls == 4 and len(rows) == 3
+    assert sorted(r["budget_spec"] for r in rows) == ["100%", "80%", "90%"]
+    old = ["model", "policy", "budget_spec", "status"]
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerow({"model": "chain", "policy": "counting", "budget_spec": "100%",
+                    "status": "optimal", "batch_size": "", "device": ""})
+    rows = sweep({"chain": g}, {"counting": pol}, ["100%", "90%"], out=out, progress=False)
+    assert pol.calls == 5 and len(rows) == 2
