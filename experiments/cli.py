@@ -7,6 +7,8 @@ Examples::
     remat plan mlp --policy checkmate --budget 50%
     remat compare mlp --budget 50% --timeline
     remat sweep --models mlp vgg16 --budgets 90% 70% 50% --out results.csv
+    remat sweep --models mlp --budgets 90% 50% --devices pixel-4 --backend ray --out r.parquet
+    remat figures --quick --only melon_pool sage_passes
 """
 
 from __future__ import annotations
@@ -293,26 +295,40 @@ def _plot_timelines(reports, rows, graph, path) -> None:
 
 
 def cmd_sweep(args) -> int:
+    """``experiments.harness.sweep`` over zoo names / JSON graphs and registry policies; a
+    model without ``--batch-sizes`` runs at its CLI default batch (``DEFAULT_BATCH``, else 8)."""
     import policies
-    import remat
     from experiments.harness import sweep
 
-    def loader(name):
-        def build():
-            if name.endswith(".json"):
-                return remat.load_graph(name)
-            bs = args.batch_size or DEFAULT_BATCH.get(name, 8)
-            loss_fn, params, batch = remat.zoo.get(name, batch_size=bs)
-            st = args.stages if args.stages in ("auto", "module", "eqn") else int(args.stages)
-            return remat.extract(loss_fn, params, batch, stages=st)
-
-        return build
-
     names = args.policies or policies.available()
-    pols = {n: _make_policy(n, args.time_limit) for n in names}
-    rows = sweep({m: loader(m) for m in args.models}, pols, args.budgets, out=args.out)
+    for n in names:
+        policies.option_names(n)  # an unknown name fails here, listing what exists
+    st = args.stages if args.stages in ("auto", "module", "eqn") else int(args.stages)
+    if args.batch_sizes or args.batch_size:
+        groups = {tuple(args.batch_sizes or [args.batch_size]): list(args.models)}
+    else:
+        groups = {}
+        for m in args.models:
+            bs = None if m.endswith(".json") else DEFAULT_BATCH.get(m, 8)
+            groups.setdefault((bs,), []).append(m)
+    rows: list = []
+    for batch_sizes, models in groups.items():
+        rows = sweep({m: m for m in models}, names, args.budgets, out=args.out,
+                     batch_sizes=list(batch_sizes), devices=args.devices or [None],
+                     backend=args.backend, address=args.address, num_cpus=args.num_cpus,
+                     threads=args.threads, time_limit=args.time_limit,
+                     residuals=not args.no_residuals, stages=st, quick=args.quick,
+                     formats=args.format)
     print(f"{len(rows)} rows in {args.out}")
     return 0
+
+
+def cmd_figures(args) -> int:
+    from experiments.figures_index import run_figures, select
+
+    select(args.only)  # an unknown name fails before anything runs
+    results = run_figures(args.only, out=args.out, quick=args.quick)
+    return 0 if all(r.status == "ok" for r in results) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -355,8 +371,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--models", nargs="+", required=True)
     sp.add_argument("--policies", nargs="*", default=None)
     sp.add_argument("--budgets", nargs="+", required=True)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, help="CSV store (*.csv) or *.parquet")
+    sp.add_argument("--batch-sizes", nargs="+", type=int, default=None)
+    sp.add_argument("--devices", nargs="+", default=None, help="device profiles (remat.devices)")
+    sp.add_argument("--backend", choices=["local", "ray"], default="local")
+    sp.add_argument("--address", default=None, help="Ray cluster address (default: start one)")
+    sp.add_argument("--num-cpus", type=int, default=None, help="CPUs of a started Ray cluster")
+    sp.add_argument("--threads", type=int, default=None, help="solver threads per row")
+    sp.add_argument("--quick", action="store_true",
+                    help="5 s solver limit, first batch and device, at most 3 budgets")
+    sp.add_argument("--format", nargs="+", choices=["csv", "parquet"], default=None)
+    sp.add_argument("--no-residuals", action="store_true",
+                    help="skip measuring realised residual bytes (jax.checkpoint)")
     sp.set_defaults(fn=cmd_sweep)
+    sp = sub.add_parser("figures", help="run every figure script; PNGs, CSVs and index.md")
+    sp.add_argument("--quick", action="store_true", help="each script's quick sizes")
+    sp.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                    help="only these figures (see experiments/figures_index.py)")
+    sp.add_argument("--out", default="figures", help="output folder (default figures/)")
+    sp.set_defaults(fn=cmd_figures)
     args = p.parse_args(argv)
     if getattr(args, "cmd", None) == "compare" and args.plot is None:
         args.plot = f"compare_{os.path.basename(args.model).split('.')[0]}.png"

@@ -90,9 +90,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", default=CSV)
+    ap.add_argument("--quick", action="store_true",
+                    help="cortex-m4 only, deadlines 1.0/1.1/2.0, 10 s per MILP")
     a = ap.parse_args(argv)
     t0 = time.time()
-    run(time_limit=a.time_limit, out=a.out)
+    if a.quick:
+        run(devices=("cortex-m4",), deadlines=(1.0, 1.1, 2.0), time_limit=min(a.time_limit, 10.0),
+            out=a.out)
+    else:
+        run(time_limit=a.time_limit, out=a.out)
     print(f"wall {time.time() - t0:.0f} s")
 
 

@@ -102,7 +102,7 @@ def run(models, n_budgets: int, quick: bool, out: str) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict], models) -> None:
+def plot(rows: list[dict], models, fig_dir: str = HERE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,7 +135,8 @@ def plot(rows: list[dict], models) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(os.path.join(HERE, f"budget_sweep_{model}.png"), dpi=120)
+        os.makedirs(fig_dir, exist_ok=True)
+        fig.savefig(os.path.join(fig_dir, f"budget_sweep_{model}.png"), dpi=120)
         plt.close(fig)
 
 
@@ -143,16 +144,17 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4 budgets, vgg16 only, no exact MILP")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--fig-dir", default=HERE, help="folder for the PNGs")
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNGs from the CSV")
     args = ap.parse_args(argv)
     models = ["vgg16"] if args.quick else list(MODELS)
     out = args.out or (os.path.join(RESULTS, "tmp", "budget_sweep_quick.csv") if args.quick else CSV)
     if args.plot_only:
         with open(out, newline="") as fh:
-            plot(list(csv.DictReader(fh)), models)
+            plot(list(csv.DictReader(fh)), models, args.fig_dir)
         return
     rows = run(models, 4 if args.quick else N_BUDGETS, args.quick, out)
-    plot(rows, models)
+    plot(rows, models, args.fig_dir)
     print(f"wrote {out}")
 
 

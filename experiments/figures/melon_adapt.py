@@ -125,14 +125,16 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="32x32 images, batch 16")
+    ap.add_argument("--out", type=pathlib.Path, default=OUT, help="CSV path")
+    ap.add_argument("--png", type=pathlib.Path, default=PNG, help="PNG path")
     a = ap.parse_args(argv)
     data = list(rows(**(dict(image_size=32, batch_size=16) if a.quick else {})))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("w", newline="") as f:
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    with a.out.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(data[0]))
         w.writeheader()
         w.writerows(data)
-    plot(data, PNG)
+    plot(data, a.png)
     for r in data:
         print(f"{r['model']:13s} {r['old_frac']:.2f}P->{r['new_frac']:.2f}P "
               f"at {int(100 * r['progress']):2d}%: kept {r['kept']:3d} dumped {r['dumped']:3d} "

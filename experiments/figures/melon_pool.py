@@ -106,14 +106,16 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="batch sizes 2 and 4, 32x32 images, stage graphs only")
+    ap.add_argument("--out", type=pathlib.Path, default=OUT, help="CSV path")
+    ap.add_argument("--png", type=pathlib.Path, default=PNG, help="PNG path")
     a = ap.parse_args(argv)
     data = list(rows(**(QUICK if a.quick else FULL)))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("w", newline="") as f:
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    with a.out.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(data[0]))
         w.writeheader()
         w.writerows(data)
-    plot(data, PNG)
+    plot(data, a.png)
     for r in data:
         print(f"{r['stages']:4s} {r['model']:13s} {r['image_size']:3d}px bs={r['batch_size']:<4d} "
               f"A={r['allocations']:<5d} {r['placement']:23s} "

@@ -135,12 +135,13 @@ def planner_rows(models, batch: int):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batch 8, fewer models")
+    ap.add_argument("--out", type=pathlib.Path, default=OUT, help="CSV path")
     args = ap.parse_args(argv)
     batch = 8 if args.quick else 64
     models = ("mlp", "vgg16") if args.quick else ("mlp", "vgg16", "resnet18", "mobilenet_v2")
     rows = list(swap_rows(batch)) + list(planner_rows(models, 8 if args.quick else 16))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with open(OUT, "w", newline="") as f:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import pathlib
 
@@ -33,13 +34,13 @@ PLANNERS = (("basic", "NNTrainer basic"), ("optimized_v1", "NNTrainer optimized 
             ("melon", "Melon pool"), ("olla", "OLLA address ILP"))
 
 
-def _rows(name: str) -> list[dict]:
-    with open(RES / name, newline="") as f:
+def _rows(name: str, res: pathlib.Path = RES) -> list[dict]:
+    with open(res / name, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def planners_figure() -> pathlib.Path:
-    rows = [r for r in _rows("nntrainer_planners.csv") if r["table"] == "planner"]
+def planners_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pathlib.Path:
+    rows = [r for r in _rows("nntrainer_planners.csv", res) if r["table"] == "planner"]
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, ax = plt.subplots(figsize=(10, 4.2))
     w = 0.8 / len(PLANNERS)
@@ -64,15 +65,15 @@ def planners_figure() -> pathlib.Path:
     ax.set_title("Planner arenas on checkpoint-all lifetimes (zoo stage graphs) and NNTrainer's EO model")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    FIG.mkdir(exist_ok=True)
-    out = FIG / "nntrainer_planners.png"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    out = fig_dir / "nntrainer_planners.png"
     fig.savefig(out, dpi=130)
     plt.close(fig)
     return out
 
 
-def swap_figure() -> pathlib.Path:
-    rows = _rows("nntrainer_vgg16.csv")
+def swap_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pathlib.Path:
+    rows = _rows("nntrainer_vgg16.csv", res)
     fig, ax = plt.subplots(figsize=(7, 4.6))
     for r in rows:
         x = 100 * float(r["latency_overhead"])
@@ -95,13 +96,25 @@ def swap_figure() -> pathlib.Path:
     ax.set_title(f"vgg16, batch {r0['batch_size']}, 32x32x3: swap variants (pixel-4 profile)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    FIG.mkdir(exist_ok=True)
-    out = FIG / "nntrainer_swap.png"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    out = fig_dir / "nntrainer_swap.png"
     fig.savefig(out, dpi=130)
     plt.close(fig)
     return out
 
 
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results-dir", type=pathlib.Path, default=RES,
+                    help="folder holding nntrainer_planners.csv and nntrainer_vgg16.csv")
+    ap.add_argument("--fig-dir", type=pathlib.Path, default=FIG, help="folder for the PNGs")
+    ap.add_argument("--which", choices=("planners", "swap", "both"), default="both")
+    a = ap.parse_args(argv)
+    if a.which in ("planners", "both"):
+        print(planners_figure(a.results_dir, a.fig_dir))
+    if a.which in ("swap", "both"):
+        print(swap_figure(a.results_dir, a.fig_dir))
+
+
 if __name__ == "__main__":
-    print(planners_figure())
-    print(swap_figure())
+    main()

@@ -95,6 +95,7 @@ def rel_err(a, b) -> float:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--out", type=pathlib.Path, default=OUT, help="CSV path")
     args = ap.parse_args(argv)
     t_all = time.perf_counter()
     fn, params, data = remat.zoo.get("vgg16", batch_size=args.batch, image_size=32)
@@ -128,8 +129,8 @@ def main(argv=None) -> None:
                    page_wait_other_s=round(st2.page_wait_s, 3), grad_max_rel_err=f"{err:.2e}")
         rows.append(row)
         print({k: row[k] for k in FIELDS if k not in common}, flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with open(OUT, "w", newline="") as f:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:

@@ -172,6 +172,10 @@ def main(argv=None) -> None:
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per phase")
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV")
+    ap.add_argument("--out", default=None, help="CSV path (default: results, or a temp file "
+                    "with --quick)")
+    ap.add_argument("--png", default=None, help="PNG path (default: next to the CSV with "
+                    "--quick, else next to this script)")
     args = ap.parse_args(argv)
     if args.plot_only:
         with open(CSV) as fh:
@@ -179,7 +183,8 @@ def main(argv=None) -> None:
         return
     models = args.models or (QUICK if args.quick else MODELS)
     limit = 10.0 if args.quick else args.time_limit
-    out = os.path.join(tempfile.gettempdir(), "olla_layout_quick.csv") if args.quick else CSV
+    out = args.out or (os.path.join(tempfile.gettempdir(), "olla_layout_quick.csv")
+                       if args.quick else CSV)
     import remat
 
     rows = []
@@ -195,12 +200,12 @@ def main(argv=None) -> None:
                   f" | ff {r['first_fit_kib']:.1f} bf {r['best_fit_kib']:.1f} olla "
                   f"{r['olla_arena_kib']:.1f} bound {r['max_live_kib']:.1f} "
                   f"({r['address_status']}, {r['address_time_s']} s)", flush=True)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    plot(rows, PNG if not args.quick else out.replace(".csv", ".png"))
+    plot(rows, args.png or (PNG if not args.quick else out.replace(".csv", ".png")))
     print("wrote", out)
 
 

@@ -210,6 +210,7 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", default=CSV)
+    ap.add_argument("--png", default=PNG)
     ap.add_argument("--summarize", action="store_true", help="only summarise/plot --out")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -220,7 +221,7 @@ def main(argv=None) -> None:
     else:
         rows = run(time_limit=a.time_limit, out=a.out)
     s = summarize(rows)
-    plot(rows)
+    plot(rows, a.png)
     print(f"POET never worse than the better ablation: {s['never_worse']}")
     print(f"largest energy saving over the better ablation: {100 * s['saving']:.2f}% of total "
           f"energy at {s['where']} ({100 * s['saving_overhead']:.1f}% of the energy above "

@@ -48,6 +48,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--png", type=pathlib.Path, default=PNG)
     a = ap.parse_args(argv)
     f, p, b, g, ctx = sc.setup("resnet50", a.quick)
     peak = g.no_remat_peak()
@@ -92,10 +93,10 @@ def main(argv=None) -> None:
         for row in rows:
             w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
     print("wrote", out)
-    _plot(rows)
+    _plot(rows, a.png)
 
 
-def _plot(rows) -> None:
+def _plot(rows, png: pathlib.Path = PNG) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,9 +118,9 @@ def _plot(rows) -> None:
     ax2.set_ylabel("micro-batches k")
     ax2.set_xlabel("training step")
     fig.tight_layout()
-    PNG.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PNG, dpi=120)
-    print("wrote", PNG)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    print("wrote", png)
 
 
 if __name__ == "__main__":

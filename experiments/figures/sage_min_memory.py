@@ -82,6 +82,7 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--png", type=pathlib.Path, default=PNG)
     a = ap.parse_args(argv)
     rows = []
     for name in a.models:
@@ -119,10 +120,10 @@ def main(argv=None) -> None:
         for row in rows:
             w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
     print("wrote", out)
-    _plot(rows)
+    _plot(rows, a.png)
 
 
-def _plot(rows) -> None:
+def _plot(rows, png: pathlib.Path = PNG) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,10 +146,10 @@ def _plot(rows) -> None:
     ax.set_ylabel("executor-measured peak (MiB)")
     ax.set_title("Minimum training memory per method (Sage Fig. 8 style; batch 32)")
     ax.legend(fontsize=7, ncol=4)
-    PNG.parent.mkdir(parents=True, exist_ok=True)
+    png.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(PNG, dpi=120)
-    print("wrote", PNG)
+    fig.savefig(png, dpi=120)
+    print("wrote", png)
 
 
 if __name__ == "__main__":

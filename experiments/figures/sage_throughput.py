@@ -55,6 +55,7 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--points", type=int, default=12)
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--png", type=pathlib.Path, default=PNG)
     a = ap.parse_args(argv)
     models = QUICK if a.quick else FULL
     rows = []
@@ -100,10 +101,10 @@ def main(argv=None) -> None:
         for row in rows:
             w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
     print("wrote", out)
-    _plot(rows, list(models))
+    _plot(rows, list(models), a.png)
 
 
-def _plot(rows, models) -> None:
+def _plot(rows, models, png: pathlib.Path = PNG) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,9 +127,9 @@ def _plot(rows, models) -> None:
             ax.set_ylabel("modelled samples/s")
             ax.legend(fontsize=7)
     fig.tight_layout()
-    PNG.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PNG, dpi=120)
-    print("wrote", PNG)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    print("wrote", png)
 
 
 if __name__ == "__main__":
