@@ -25,12 +25,13 @@ from solvers.chain_dp import (
     _Tables,
     _units,
 )
+from solvers.chain_dp_fast import _ScheduleEmitter
 from solvers.chain_dp_kernel import fill_cost, fill_mem
 
 INF = np.inf
 
 
-class _CompiledDP:
+class _CompiledDP(_ScheduleEmitter):
     """Tables of the compiled kernels for one size quantisation (``tb``)."""
 
     def __init__(self, tb: _Tables, bwd_costs: np.ndarray):
@@ -107,65 +108,21 @@ class _CompiledDP:
             return float(self.T[h, r])
         return INF if mlev < 0 else float(self.T[mlev, h, r])
 
-    def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
-        """Append the schedule of state ``(a, k, h)`` at level ``mlev`` (cost) or of least peak
-        (mem) to ``ops``; first cheapest option in the order run, hold, split by ``j``."""
-        tb, cost = self.tb, self.mode == "cost"
-        while k < tb.M and k <= tb.e[a + 1]:
-            x = int(tb.hi_eff[k])
-            sa = int(tb.s_ext[a + 1])
-            base = sa + int(tb.g_ext[k]) + (int(tb.s[x]) if h else 0)
-            held = {a} | ({x} if h else set())
-            cands = []  # (value, kind, data)
-            if set(tb.need(k)) <= held:
-                need = base + int(tb.g[k])
-                for hp in [0] + ([1] if h and tb.keepable(a, k + 1, x) else []):
-                    c = self.value(a, k + 1, hp, mlev)
-                    v = (self.bc[k] + c if need <= mlev else INF) if cost else max(need, c)
-                    cands.append((v, "run", hp))
-            else:
-                sw = base + tb.sweep_mem(a, x)
-                if not h:
-                    c = self.value(a, k, 1, mlev)
-                    v = ((tb.cumc[x + 1] - tb.cumc[a + 1] + c) if sw[-1] <= mlev else INF) \
-                        if cost else max(int(sw[-1]), c)
-                    cands.append((v, "hold", x))
-                if x - a >= 2:
-                    js = np.arange(a + 1, x)
-                    kk = tb.e[js + 1] + 1
-                    lrow = np.array([self.row(a, int(q)) for q in kk])
-                    rrow = self.roff[k] + js + 1
-                    if cost:
-                        r = (self.T[mlev - sa, h, rrow].astype(float) if mlev >= sa
-                             else np.full(len(js), INF))
-                        l0 = self.T[mlev, 0, lrow].astype(float)
-                        l1 = self.T[mlev, 1, lrow].astype(float)
-                    else:
-                        r, l0, l1 = self.T[h, rrow], self.T[0, lrow], self.T[1, lrow]
-                    keep = (kk < tb.M) & (kk <= tb.e[a + 1]) & (tb.hi_eff[np.minimum(kk, tb.M - 1)] == js)
-                    l1 = np.where(keep, l1, INF)
-                    lft = np.minimum(l0, l1)
-                    swj = sw[: len(js)]
-                    if cost:
-                        v = np.where(swj <= mlev, tb.cumc[js + 1] - tb.cumc[a + 1] + r + lft, INF)
-                    else:
-                        v = np.maximum(np.maximum(swj, r + sa), lft)
-                    i = int(np.argmin(v))
-                    cands.append((float(v[i]), "split", (int(js[i]), int(l1[i] < l0[i]))))
-            v, kind, dat = min(cands, key=lambda c: c[0])
-            if not np.isfinite(v):
-                raise SolverError("ChainDP compiled path: no schedule at this memory level (bug)")
-            if kind == "run":
-                ops.append(("b", k))
-                k, h = k + 1, dat
-            elif kind == "hold":
-                ops.extend(("f", i) for i in range(a + 1, x + 1))
-                h = 1
-            else:
-                j, hp = dat
-                ops.extend(("f", i) for i in range(a + 1, j + 1))
-                self.emit(j, k, h, mlev - sa if cost else 0, ops)
-                k, h = int(tb.e[j + 1]) + 1, hp
+    label = "ChainDP compiled path"
+
+    def _split_entries(self, a, k, h, js, kk, mlev, sa, cost):
+        tb = self.tb
+        lrow = np.array([self.row(a, int(q)) for q in kk])
+        rrow = self.roff[k] + js + 1
+        if cost:
+            r = (self.T[mlev - sa, h, rrow].astype(float) if mlev >= sa
+                 else np.full(len(js), INF))
+            l0 = self.T[mlev, 0, lrow].astype(float)
+            l1 = self.T[mlev, 1, lrow].astype(float)
+        else:
+            r, l0, l1 = self.T[h, rrow], self.T[0, lrow], self.T[1, lrow]
+        keep = (kk < tb.M) & (kk <= tb.e[a + 1]) & (tb.hi_eff[np.minimum(kk, tb.M - 1)] == js)
+        return r, l0, np.where(keep, l1, INF)
 
 
 def emit_at(p: ChainProblem, dp: _CompiledDP, mlev: int) -> tuple[float, tuple] | None:

@@ -75,7 +75,80 @@ def _solve_fast(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
     )
 
 
-class _FastDP:
+class _ScheduleEmitter:
+    """Plan reconstruction shared by the table back ends (:class:`_FastDP`, numpy, and
+    :class:`solvers.chain_dp_compiled._CompiledDP`, numba): a subclass provides ``tb``,
+    ``mode`` (``"mem"``/``"cost"``), ``bc`` (backward costs), :meth:`value` and
+    :meth:`_split_entries` (how its table stores a split's right and left parts)."""
+
+    label = "ChainDP"
+
+    def _split_entries(self, a: int, k: int, h: int, js: np.ndarray, kk: np.ndarray,
+                       mlev: int, sa: int, cost: bool
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(right, left without x, left keeping x)`` table values of the splits of state
+        ``(a, k, h)`` at first checkpoints ``js`` (``INF`` where not allowed)."""
+        raise NotImplementedError
+
+    def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
+        """Append the schedule of state ``(a, k, h)`` at memory level ``mlev`` (cost mode) or
+        of least peak (mem mode) to ``ops``; first cheapest option in the order run, hold,
+        split by ``j``, re-evaluated in float64."""
+        tb, cost = self.tb, self.mode == "cost"
+
+        def val(a_, k_, h_, lev):
+            if cost and lev < 0:
+                return INF
+            return self.value(a_, k_, h_, lev)
+
+        while k < tb.M and k <= tb.e[a + 1]:
+            x = int(tb.hi_eff[k])
+            base = int(tb.s_ext[a + 1] + tb.g_ext[k] + (tb.s[x] if h else 0))
+            held = {a} | ({x} if h else set())
+            sa = int(tb.s_ext[a + 1])
+            cands = []  # (value, kind, data)
+            if set(tb.need(k)) <= held:
+                need = base + int(tb.g[k])
+                for hp in [0] + ([1] if h and tb.keepable(a, k + 1, x) else []):
+                    c = val(a, k + 1, hp, mlev)
+                    v = (self.bc[k] + c if need <= mlev else INF) if cost else max(need, c)
+                    cands.append((v, "run", hp))
+            else:
+                sw = base + tb.sweep_mem(a, x)
+                if not h:
+                    c = val(a, k, 1, mlev)
+                    v = ((tb.cumc[x + 1] - tb.cumc[a + 1] + c) if sw[-1] <= mlev else INF) \
+                        if cost else max(int(sw[-1]), c)
+                    cands.append((v, "hold", x))
+                if x - a >= 2:  # every first checkpoint j
+                    js = np.arange(a + 1, x)
+                    kk = tb.e[js + 1] + 1
+                    r, l0, l1 = self._split_entries(a, k, h, js, kk, mlev, sa, cost)
+                    lft = np.minimum(l0, l1)
+                    swj = sw[: len(js)]
+                    if cost:
+                        v = np.where(swj <= mlev, tb.cumc[js + 1] - tb.cumc[a + 1] + r + lft, INF)
+                    else:
+                        v = np.maximum(np.maximum(swj, r + sa), lft)
+                    i = int(np.argmin(v))
+                    cands.append((float(v[i]), "split", (int(js[i]), int(l1[i] < l0[i]))))
+            v, kind, dat = min(cands, key=lambda c: c[0])
+            if not np.isfinite(v):
+                raise SolverError(f"{self.label}: no schedule at this memory level (bug)")
+            if kind == "run":
+                ops.append(("b", k))
+                k, h = k + 1, dat
+            elif kind == "hold":
+                ops.extend(("f", i) for i in range(a + 1, x + 1))
+                h = 1
+            else:
+                j, hp = dat
+                ops.extend(("f", i) for i in range(a + 1, j + 1))
+                self.emit(j, k, h, mlev - sa if cost else 0, ops)
+                k, h = int(tb.e[j + 1]) + 1, hp
+
+
+class _FastDP(_ScheduleEmitter):
     """The persistent recursion (options 1-2 of the module docstring), one numpy batch per
     diagonal.
 
@@ -311,66 +384,15 @@ class _FastDP:
         row = self.sid[a + 1, k]
         return float(self.T[row, h, mlev] if self.mode == "cost" else self.T[row, h, 0])
 
-    def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
-        """Append the schedule of state ``(a, k, h)`` at memory level ``mlev`` (cost mode) or
-        of least peak (mem mode) to ``ops``; re-evaluates the state's options in float64."""
-        tb, cost = self.tb, self.mode == "cost"
+    label = "ChainDP fast path"
 
-        def val(a_, k_, h_, lev):
-            if cost and lev < 0:
-                return INF
-            return self.value(a_, k_, h_, lev)
-
-        while k < tb.M and k <= tb.e[a + 1]:
-            x = int(tb.hi_eff[k])
-            base = int(tb.s_ext[a + 1] + tb.g_ext[k] + (tb.s[x] if h else 0))
-            held = {a} | ({x} if h else set())
-            sa = int(tb.s_ext[a + 1])
-            cands = []  # (value, kind, data)
-            if set(tb.need(k)) <= held:
-                need = base + int(tb.g[k])
-                for hp in [0] + ([1] if h and tb.keepable(a, k + 1, x) else []):
-                    c = val(a, k + 1, hp, mlev)
-                    v = (self.bc[k] + c if need <= mlev else INF) if cost else max(need, c)
-                    cands.append((v, "run", hp))
-            else:
-                sw = base + tb.sweep_mem(a, x)
-                if not h:
-                    c = val(a, k, 1, mlev)
-                    v = ((tb.cumc[x + 1] - tb.cumc[a + 1] + c) if sw[-1] <= mlev else INF) \
-                        if cost else max(int(sw[-1]), c)
-                    cands.append((v, "hold", x))
-                if x - a >= 2:  # every first checkpoint j (a superset of max_first's)
-                    js = np.arange(a + 1, x)
-                    kk = tb.e[js + 1] + 1
-                    lrow = self.sid[a + 1, kk]
-                    col = mlev if cost else 0
-                    rcol = mlev - sa if cost else 0
-                    r = self.T[self.sid[js + 1, k], h, max(rcol, 0)].astype(float)
-                    if rcol < 0:
-                        r[:] = INF
-                    l0 = self.T[lrow, 0, col].astype(float)
-                    l1 = np.where(self._keep(np.full(len(js), a), kk, js),
-                                  self.T[lrow, 1, col], INF)
-                    lft = np.minimum(l0, l1)
-                    swj = sw[: len(js)]
-                    if cost:
-                        v = np.where(swj <= mlev, tb.cumc[js + 1] - tb.cumc[a + 1] + r + lft, INF)
-                    else:
-                        v = np.maximum(np.maximum(swj, r + sa), lft)
-                    i = int(np.argmin(v))
-                    cands.append((float(v[i]), "split", (int(js[i]), int(l1[i] < l0[i]))))
-            v, kind, dat = min(cands, key=lambda c: c[0])
-            if not np.isfinite(v):
-                raise SolverError("ChainDP fast path: no schedule at this memory level (bug)")
-            if kind == "run":
-                ops.append(("b", k))
-                k, h = k + 1, dat
-            elif kind == "hold":
-                ops.extend(("f", i) for i in range(a + 1, x + 1))
-                h = 1
-            else:
-                j, hp = dat
-                ops.extend(("f", i) for i in range(a + 1, j + 1))
-                self.emit(j, k, h, mlev - sa if cost else 0, ops)
-                k, h = int(tb.e[j + 1]) + 1, hp
+    def _split_entries(self, a, k, h, js, kk, mlev, sa, cost):
+        lrow = self.sid[a + 1, kk]
+        col = mlev if cost else 0
+        rcol = mlev - sa if cost else 0
+        r = self.T[self.sid[js + 1, k], h, max(rcol, 0)].astype(float)
+        if rcol < 0:
+            r[:] = INF
+        l0 = self.T[lrow, 0, col].astype(float)
+        l1 = np.where(self._keep(np.full(len(js), a), kk, js), self.T[lrow, 1, col], INF)
+        return r, l0, l1
