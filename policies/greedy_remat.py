@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Callable
 
 from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
 from policies.from_checkpoints import plan_from_steps
@@ -69,14 +70,58 @@ def greedy_steps(
     if score not in SCORES:
         raise BudgetFormatError(f"GreedyRemat score must be one of {SCORES}, got {score!r}")
     n = graph.n
-    preds = graph.preds
-    succs = graph.succs
+    preds, succs = graph.preds, graph.succs
     sizes = [int(x) for x in graph.sizes]
     costs = [float(x) + 1e-9 for x in graph.costs]  # zero-cost nodes still rank by size
+
+    def pick(res, need, t, clock, stamp) -> int:
+        best, best_h = -1, float("inf")
+        for u in res:
+            if u in need:
+                continue
+            c = costs[u]
+            for p in preds[u]:
+                if p not in res:
+                    c += costs[p]
+            if score == "dtr":
+                h = c / ((sizes[u] + 1) * (clock - stamp[u]))
+            elif score == "belady":
+                s = succs[u]
+                j = bisect.bisect_right(s, t)  # resident, not dead: a reader > t
+                nxt = s[j] if j < len(s) else n
+                h = c / ((sizes[u] + 1) * (nxt - t + 1))
+            else:
+                h = 1.0 / (sizes[u] + 1)
+            if h < best_h:
+                best, best_h = u, h
+        return best
+
+    r = evict_steps(graph, budget, pick)
+    return None if r is None else (r[0], r[1])
+
+
+def evict_steps(
+    graph: Graph, budget: int, pick: Callable[[set, dict, int, int, list], int]
+) -> tuple[list[list[int]], int, int] | None:
+    """The eviction simulation shared by :func:`greedy_steps` and Sage's DGC
+    (:func:`policies.sage.sage_steps`): nodes in index order, step ``t`` recomputes the
+    evicted ancestry of node ``t`` then runs it; before each node, while ``resident +
+    out_bytes[v] > budget``, ``pick(resident, need, t, clock, stamp)`` names the value to
+    evict (``-1``: none can go).  ``need`` holds the values a remaining node of the step reads
+    (never to be picked), ``stamp[u]`` the clock of ``u``'s last use, ``clock`` counts node
+    executions.
+
+    Returns:
+      ``(steps, peak bytes, evictions)``, or ``None`` when nothing can be evicted.
+    """
+    n = graph.n
+    preds = graph.preds
+    sizes = [int(x) for x in graph.sizes]
     last = [int(x) for x in graph.last_reader]
     res: set[int] = set()
     cur = 0
     peak = 0
+    evictions = 0
     stamp = [0] * n
     clock = 1
     steps: list[list[int]] = []
@@ -97,29 +142,12 @@ def greedy_steps(
                 need[p] = need.get(p, 0) + 1
         for v in step:
             while cur + sizes[v] > budget:
-                best, best_h = -1, float("inf")
-                for u in res:
-                    if u in need:
-                        continue
-                    c = costs[u]
-                    for p in preds[u]:
-                        if p not in res:
-                            c += costs[p]
-                    if score == "dtr":
-                        h = c / ((sizes[u] + 1) * (clock - stamp[u]))
-                    elif score == "belady":
-                        s = succs[u]
-                        j = bisect.bisect_right(s, t)  # resident, not dead: a reader > t
-                        nxt = s[j] if j < len(s) else n
-                        h = c / ((sizes[u] + 1) * (nxt - t + 1))
-                    else:
-                        h = 1.0 / (sizes[u] + 1)
-                    if h < best_h:
-                        best, best_h = u, h
+                best = pick(res, need, t, clock, stamp)
                 if best < 0:
                     return None
                 res.discard(best)
                 cur -= sizes[best]
+                evictions += 1
             res.add(v)
             cur += sizes[v]
             peak = max(peak, cur)
@@ -139,7 +167,7 @@ def greedy_steps(
                 cur -= sizes[v]
             clock += 1
         steps.append(step)
-    return steps, peak
+    return steps, peak, evictions
 
 
 def _cost(graph: Graph, steps: list[list[int]]) -> float:

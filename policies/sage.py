@@ -56,6 +56,7 @@ from policies.base import (
     register,
 )
 from policies.from_checkpoints import plan_from_steps
+from policies.greedy_remat import evict_steps
 from remat.errors import BudgetFormatError, InfeasibleBudgetError
 from remat.graph import Graph
 from remat.plan import Plan
@@ -107,59 +108,20 @@ def sage_steps(graph: Graph, budget: int, costs: np.ndarray) -> tuple[list[list[
       ``(steps, evictions)`` (``steps[t]``: sorted nodes run in step ``t``, node ``t`` last), or
       ``None`` when the locked values plus a new output exceed ``budget``.
     """
-    n = graph.n
-    preds = graph.preds
     sizes = [int(x) for x in graph.sizes]
-    last = [int(x) for x in graph.last_reader]
-    res: set[int] = set()
-    cur = 0
-    ev = 0
-    steps: list[list[int]] = []
-    for t in range(n):
-        rec: set[int] = set()
-        stack = [p for p in preds[t] if p not in res]
-        while stack:
-            u = stack.pop()
-            if u in rec:
+
+    def pick(res, need, t, clock, stamp) -> int:  # smallest h(c), ties to the lowest index
+        best, best_h = -1, float("inf")
+        for u in res:
+            if u in need or sizes[u] == 0:
                 continue
-            rec.add(u)
-            stack.extend(p for p in preds[u] if p not in res and p not in rec)
-        step = sorted(rec)
-        step.append(t)
-        need: dict[int, int] = {}
-        for v in step:
-            for p in preds[v]:
-                need[p] = need.get(p, 0) + 1
-        for v in step:
-            while cur + sizes[v] > budget:
-                best, best_h = -1, float("inf")
-                for u in res:
-                    if u in need or sizes[u] == 0:
-                        continue
-                    h = costs[u] / sizes[u]
-                    if h < best_h or (h == best_h and u < best):
-                        best, best_h = u, h
-                if best < 0:
-                    return None
-                res.discard(best)
-                cur -= sizes[best]
-                ev += 1
-            res.add(v)
-            cur += sizes[v]
-            for p in preds[v]:
-                k = need[p] - 1
-                if k:
-                    need[p] = k
-                else:
-                    del need[p]
-                    if last[p] <= t and p in res:
-                        res.discard(p)
-                        cur -= sizes[p]
-            if last[v] <= t and v not in need:
-                res.discard(v)
-                cur -= sizes[v]
-        steps.append(step)
-    return steps, ev
+            h = costs[u] / sizes[u]
+            if h < best_h or (h == best_h and u < best):
+                best, best_h = u, h
+        return best
+
+    r = evict_steps(graph, budget, pick)
+    return None if r is None else (r[0], r[2])
 
 
 @register("sage")
