@@ -29,13 +29,13 @@ Writes ``experiments/results/melon_adapt.csv`` and ``figures/melon_adapt.png``.
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import time
 
 import numpy as np
 
 import remat
+from experiments.tables import write_rows
 from policies.melon import Melon
 from remat.devices import get as get_device
 from remat.events import STEP
@@ -129,11 +129,7 @@ def main(argv=None) -> None:
     ap.add_argument("--png", type=pathlib.Path, default=PNG, help="PNG path")
     a = ap.parse_args(argv)
     data = list(rows(**(dict(image_size=32, batch_size=16) if a.quick else {})))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    with a.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(data[0]))
-        w.writeheader()
-        w.writerows(data)
+    write_rows(a.out, data)
     plot(data, a.png)
     for r in data:
         print(f"{r['model']:13s} {r['old_frac']:.2f}P->{r['new_frac']:.2f}P "

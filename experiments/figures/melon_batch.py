@@ -34,7 +34,6 @@ and a 32 MiB pool, which puts the batch sizes in the same range.
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import time
 
@@ -42,6 +41,7 @@ import numpy as np
 
 import policies
 import remat
+from experiments.tables import write_rows
 from policies.melon import Melon
 from remat.devices import get as get_device
 from remat.errors import InfeasibleBudgetError, RematError
@@ -151,11 +151,7 @@ def main(argv=None) -> None:
     ap.add_argument("--png", type=pathlib.Path, default=PNG, help="PNG path")
     a = ap.parse_args(argv)
     data = list(rows(**(QUICK if a.quick else FULL)))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    with a.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(data[0]))
-        w.writeheader()
-        w.writerows(data)
+    write_rows(a.out, data)
     plot(data, a.png)
     for r in data:
         if r["fits"]:

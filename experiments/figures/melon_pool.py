@@ -22,12 +22,12 @@ op-level graph of ~1,800 tensors the paper measured).
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import time
 
 import policies
 import remat
+from experiments.tables import write_rows
 from remat.layout import lifetimes
 from solvers.melon_pool import COMPARED, pool_report
 
@@ -110,11 +110,7 @@ def main(argv=None) -> None:
     ap.add_argument("--png", type=pathlib.Path, default=PNG, help="PNG path")
     a = ap.parse_args(argv)
     data = list(rows(**(QUICK if a.quick else FULL)))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    with a.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(data[0]))
-        w.writeheader()
-        w.writerows(data)
+    write_rows(a.out, data)
     plot(data, a.png)
     for r in data:
         print(f"{r['stages']:4s} {r['model']:13s} {r['image_size']:3d}px bs={r['batch_size']:<4d} "

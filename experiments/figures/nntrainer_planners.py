@@ -23,7 +23,6 @@ Writes ``experiments/results/nntrainer_planners.csv``, tidy rows of two tables:
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 
 import numpy as np
@@ -31,6 +30,7 @@ import numpy as np
 import policies
 import remat
 import solvers.melon_pool  # noqa: F401  (registers the "melon" placement)
+from experiments.tables import write_rows
 from remat.layout import PLACEMENTS, lifetimes, max_live_lower_bound, validate
 from solvers.nntrainer_plan import (
     INPLACE,
@@ -140,12 +140,7 @@ def main(argv=None) -> None:
     batch = 8 if args.quick else 64
     models = ("mlp", "vgg16") if args.quick else ("mlp", "vgg16", "resnet18", "mobilenet_v2")
     rows = list(swap_rows(batch)) + list(planner_rows(models, 8 if args.quick else 16))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in FIELDS})
+    write_rows(args.out, rows, fields=FIELDS)
     for r in rows:
         print({k: v for k, v in r.items() if v != ""})
 

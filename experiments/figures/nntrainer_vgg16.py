@@ -33,7 +33,6 @@ Writes ``experiments/results/nntrainer_vgg16.csv``, one row per variant:
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import sys
 import time
@@ -48,6 +47,8 @@ from solvers.nntrainer_plan import CD, OTHER, POOL, execution_orders, residency
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from nntrainer_planners import vgg16_chain  # noqa: E402
+
+from experiments.tables import write_rows
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "results" / "nntrainer_vgg16.csv"
 FIELDS = ("model", "batch_size", "variant", "paging", "sim_peak_bytes", "exec_peak_bytes",
@@ -129,12 +130,7 @@ def main(argv=None) -> None:
                    page_wait_other_s=round(st2.page_wait_s, 3), grad_max_rel_err=f"{err:.2e}")
         rows.append(row)
         print({k: row[k] for k in FIELDS if k not in common}, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in FIELDS})
+    write_rows(args.out, rows, fields=FIELDS)
     print(common, f"total {time.perf_counter() - t_all:.1f} s")
 
 

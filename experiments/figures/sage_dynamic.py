@@ -24,7 +24,6 @@ remat shows too) and
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import sys
 import time
@@ -36,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import sage_common as sc  # noqa: E402
 
+from experiments.tables import write_rows
 from policies.sage import Sage, plans_for_trace  # noqa: E402
 from remat.microbatch import accumulate  # noqa: E402
 
@@ -85,14 +85,7 @@ def main(argv=None) -> None:
               f"{row['method']:10s} measured {st.peak_bytes / 2**20:8.2f} MiB, "
               f"{row['throughput_pixel4']:.2f} samples/s (pixel-4), grad err {err:.1e}",
               flush=True)
-    out = pathlib.Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
-    print("wrote", out)
+    print("wrote", write_rows(a.out, rows, float_format=".4g"))
     _plot(rows, a.png)
 
 

@@ -32,7 +32,6 @@ Writes ``experiments/results/sage_min_memory.csv`` and ``figures/sage_min_memory
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import pathlib
 import sys
@@ -44,6 +43,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import sage_common as sc  # noqa: E402
 
 import policies  # noqa: E402
+from experiments.tables import write_rows
 from policies.sage import Sage  # noqa: E402
 from remat.schedule import replay  # noqa: E402
 
@@ -112,14 +112,7 @@ def main(argv=None) -> None:
             print(f"{name:12s} {method:14s} k={k:3d} measured {st.peak_bytes / 2**20:9.2f} MiB "
                   f"({row['reduction_vs_baseline']:7.1f}x below baseline) grad err {err:.1e} "
                   f"{note}", flush=True)
-    out = pathlib.Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
-    print("wrote", out)
+    print("wrote", write_rows(a.out, rows, float_format=".4g"))
     _plot(rows, a.png)
 
 

@@ -17,11 +17,11 @@ Writes ``experiments/results/sage_passes.csv``:
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import time
 
 import remat
+from experiments.tables import write_rows
 from remat import passes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -64,14 +64,7 @@ def main(argv=None) -> None:
               f"{r.fused_peak_bytes / 2**20:.1f} MiB ({row['fusion_peak_change']:+.1%}), reduced "
               f"{r.reduced_peak_bytes / 2**20:.1f} MiB ({row['reduction_peak_change']:+.1%}, "
               f"FLOPs {row['reduction_flop_change']:+.2%})", flush=True)
-    out = pathlib.Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
-    print("wrote", out)
+    print("wrote", write_rows(a.out, rows, float_format=".4g"))
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ Writes ``experiments/results/sage_throughput.csv`` and ``figures/sage_throughput
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 
 import numpy as np
 
 import remat
+from experiments.tables import write_rows
 from policies.sage import Sage
 from remat.errors import InfeasibleBudgetError
 from remat.planning import planning_context
@@ -93,14 +93,7 @@ def main(argv=None) -> None:
                                  throughput=mean))
                 print(f"sage_throughput_summary {name} {dev} MTP={mtp} {var}: mean "
                       f"{mean:.2f} samples/s", flush=True)
-    out = pathlib.Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
-    print("wrote", out)
+    print("wrote", write_rows(a.out, rows, float_format=".4g"))
     _plot(rows, list(models), a.png)
 
 
