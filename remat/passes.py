@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import NotApplicableError
+from remat.errors import InvalidGraphError, NotApplicableError
 from remat.graph import Graph
 
 __all__ = ["SYMMETRICAL", "OPAQUE", "K_W", "K_H", "op_class", "eqn_class", "fusion_labels", "NodeInfo",
@@ -219,10 +219,25 @@ def fuse(graph: Graph) -> Graph:
                  meta={**dict(graph.meta), "node_info": fi, "fusion_labels": labels})
 
 
+def _check_reduction_args(fused: Graph, k_w: Any, k_h: Any) -> None:
+    """Typed errors for :func:`reducible_groups` / :func:`reduce_subgraphs` input."""
+    for name, k in (("k_w", k_w), ("k_h", k_h)):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidGraphError(f"subgraph reduction {name} must be a positive int, got {k!r}")
+    if "fusion_labels" not in fused.meta or "node_info" not in fused.meta:
+        raise NotApplicableError("subgraph reduction needs the graph made by remat.passes.fuse")
+
+
 def reducible_groups(fused: Graph, *, k_w: int = K_W, k_h: int = K_H) -> frozenset[int]:
     """Fusion groups of :func:`fuse`'s graph that subgraph reduction recomputes inline in each
     consumer (§3.2.2): read by at least two other groups, symmetrical, fewer than ``k_w``
-    inputs and fewer than ``k_h`` fused ops."""
+    inputs and fewer than ``k_h`` fused ops.
+
+    Raises:
+      NotApplicableError: ``fused`` is not a graph made by :func:`fuse`.
+      InvalidGraphError: ``k_w`` or ``k_h`` is not a positive integer.
+    """
+    _check_reduction_args(fused, k_w, k_h)
     labels = fused.meta["fusion_labels"]
     info = fused.meta["node_info"]
     out = set()
@@ -244,6 +259,7 @@ def reduce_subgraphs(fused: Graph, *, k_w: int = K_W, k_h: int = K_H) -> tuple[G
     Returns:
       ``(reduced, groups_removed)``: a :class:`Graph` without ``program``.
     """
+    _check_reduction_args(fused, k_w, k_h)
     labels = fused.meta["fusion_labels"]
     red = reducible_groups(fused, k_w=k_w, k_h=k_h)
     groups = _groups(labels)

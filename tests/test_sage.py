@@ -69,6 +69,10 @@ def test_fusion_lowers_memory_keeps_flops_and_reduction_trades_flops(mlp):
     assert red.no_remat_peak() < fu.no_remat_peak()
     # K_h = 1 allows nothing (fewer than one fused op): no reduction
     assert passes.reduce_subgraphs(fu, k_h=1)[1] == 0
+    with pytest.raises(remat.errors.InvalidGraphError, match="k_w"):
+        passes.reduce_subgraphs(fu, k_w=0)
+    with pytest.raises(remat.errors.NotApplicableError):
+        passes.reduce_subgraphs(eq)  # not a fused graph
     r = passes.pass_report(loss, params, batch)
     assert r.fused_peak_bytes == fu.no_remat_peak() and r.unfused_nodes == eq.n
     assert r.reduced_removed == n and r.fused_nodes < eq.n
