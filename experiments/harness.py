@@ -4,7 +4,9 @@ machine or as Ray tasks.
 ``sweep(models, policies, budgets, out=...)`` writes a row as soon as it is finished (CSV, one
 ``flush`` per row), so an interrupted sweep keeps every finished row, and a re-run skips the rows
 already in ``out`` (the key is :data:`KEY`).  A truncated last line (a process killed while
-writing) is dropped on resume.  Parquet (``out`` ending in ``.parquet``, or ``formats``) is
+writing) is dropped on resume.  A store written with fewer columns (an older :data:`FIELDS`) is
+moved to the current columns on resume, its rows kept with the new columns blank and not re-run
+(delete a row to measure it again).  Parquet (``out`` ending in ``.parquet``, or ``formats``) is
 written from the same rows, with typed columns, next to the CSV that stays the resumable store.
 
 ``backend="ray"`` runs every row as a Ray task (``ray.init(address=...)`` for an existing
@@ -19,10 +21,13 @@ the device model, or the graph's own cost units without a device; energy in joul
 ``peak_bytes`` (simulated peak, ``remat.simulate``), ``predicted_residual_bytes`` /
 ``realised_residual_bytes`` (bytes the plan keeps for the backward pass, and what
 ``jax.checkpoint`` really saves, ``remat.apply_plan``; only for models given with their function
-and ``residuals=True``), ``overhead`` (compute time over checkpoint-all's, eq. 1 of Checkmate),
-``compute_time_s``, ``energy_j`` (compute + paging), ``paging_time_s``, ``paging_energy_j``,
-``bytes_paged``, solver ``status``/``gap``/``objective``/``lower_bound`` (in
-``objective_unit``: seconds, joules or bytes, per policy)/``solve_time_s``, and
+and ``residuals=True``), ``executor_peak_bytes`` / ``executor_grad_max_rel_err`` (measured
+peak of the plan run stage by stage by :func:`remat.execute` on the model's own ``(params,
+batch)``, and its gradients' error; only for models given with their function and
+``execute=True``, see :func:`evaluate`), ``overhead`` (compute time over checkpoint-all's, eq. 1
+of Checkmate), ``compute_time_s``, ``energy_j`` (compute + paging), ``paging_time_s``,
+``paging_energy_j``, ``bytes_paged``, solver ``status``/``gap``/``objective``/``lower_bound``
+(in ``objective_unit``: seconds, joules or bytes, per policy)/``solve_time_s``, and
 ``min_feasible_bytes`` for an infeasible budget.
 """
 
@@ -48,14 +53,16 @@ from remat.errors import (
 KEY = ("model", "batch_size", "policy", "budget_spec", "device")
 
 _INT = {"batch_size", "budget_bytes", "no_remat_peak_bytes", "peak_bytes",
-        "predicted_residual_bytes", "realised_residual_bytes", "recomputations", "bytes_paged",
-        "min_feasible_bytes"}
+        "predicted_residual_bytes", "realised_residual_bytes", "executor_peak_bytes",
+        "recomputations", "bytes_paged", "min_feasible_bytes"}
 _FLOAT = {"overhead", "compute_time_s", "energy_j", "paging_time_s", "paging_energy_j",
-          "solve_time_s", "gap", "objective", "lower_bound", "row_time_s"}
+          "solve_time_s", "gap", "objective", "lower_bound", "row_time_s",
+          "executor_grad_max_rel_err"}
 
 FIELDS = [
     *KEY, "budget_bytes", "no_remat_peak_bytes", "status", "peak_bytes",
-    "predicted_residual_bytes", "realised_residual_bytes", "overhead", "compute_time_s",
+    "predicted_residual_bytes", "realised_residual_bytes", "executor_peak_bytes",
+    "executor_grad_max_rel_err", "overhead", "compute_time_s",
     "energy_j", "paging_time_s", "paging_energy_j", "bytes_paged", "recomputations",
     "solve_time_s", "gap", "objective", "lower_bound", "objective_unit", "min_feasible_bytes",
     "row_time_s", "error",
@@ -64,9 +71,9 @@ FIELDS = [
 #: Columns that do not depend on timing (equal across backends and re-runs).
 DETERMINISTIC = [
     *KEY, "budget_bytes", "no_remat_peak_bytes", "status", "peak_bytes",
-    "predicted_residual_bytes", "realised_residual_bytes", "overhead", "compute_time_s",
-    "energy_j", "paging_time_s", "paging_energy_j", "bytes_paged", "recomputations",
-    "min_feasible_bytes",
+    "predicted_residual_bytes", "realised_residual_bytes", "executor_peak_bytes", "overhead",
+    "compute_time_s", "energy_j", "paging_time_s", "paging_energy_j", "bytes_paged",
+    "recomputations", "min_feasible_bytes",
 ]
 
 
@@ -142,8 +149,42 @@ def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) ->
     pq.write_table(table, str(path))
 
 
+def reference_value_and_grad(graph, fn_args: tuple) -> tuple:
+    """``jax.jit(jax.value_and_grad(loss_fn, argnums))(*args)`` of ``fn_args = (loss_fn, args)``,
+    with the ``argnums``/``has_aux`` ``graph`` was extracted with (the executor's reference)."""
+    import jax
+
+    prog = graph.program
+    fn = jax.value_and_grad(fn_args[0], argnums=prog.argnums,
+                            has_aux=getattr(prog, "has_aux", False))
+    return jax.block_until_ready(jax.jit(fn)(*fn_args[1]))
+
+
+def max_rel_err(got: Any, ref: Any) -> float:
+    """Largest normwise relative error over the leaves of two pytrees:
+    ``max_leaf max|got - ref| / max(max|ref|, 1e-30)`` (``inf`` when the structures or shapes
+    differ).  Per leaf, not per element, so entries near zero do not blow it up."""
+    import jax
+    import numpy as np
+
+    gl, gt = jax.tree_util.tree_flatten(got)
+    rl, rt = jax.tree_util.tree_flatten(ref)
+    if gt != rt:
+        return float("inf")
+    err = 0.0
+    for a, b in zip(gl, rl):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape:
+            return float("inf")
+        scale = max(float(np.max(np.abs(b), initial=0.0)), 1e-30)
+        err = max(err, float(np.max(np.abs(a - b), initial=0.0)) / scale)
+    return err
+
+
 def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name: str = "",
-             batch_size: int | None = None, fn_args: tuple | None = None) -> dict:
+             batch_size: int | None = None, fn_args: tuple | None = None,
+             residuals: bool = True, execute: bool = False,
+             reference: tuple | Callable[[], tuple] | None = None) -> dict:
     """Plan ``graph`` with ``policy`` at ``budget`` and simulate; never raises for an error of
     the policy (the row records it in ``status``/``error``).
 
@@ -152,8 +193,23 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
       policy: an object with ``plan(graph, budget=...)``.
       budget: bytes or a spec (``"60%"``, ``"512MiB"``).
       device: a ``remat.devices`` profile (or name) for modelled time/energy/paging, or ``None``.
-      fn_args: ``(loss_fn, args)`` the graph was extracted from: adds the realised residual
-        bytes of the plan applied with ``jax.checkpoint``.
+      fn_args: ``(loss_fn, args)`` the graph was extracted from (``args = (params, batch)``,
+        concrete arrays: for a zoo model its random initial parameters and random batch).
+      residuals: with ``fn_args``, add the realised residual bytes of the plan applied with
+        ``jax.checkpoint`` (``remat.apply_plan``).
+      execute: with ``fn_args``, run the plan with :func:`remat.execute` on ``args`` (not for
+        ``microbatches > 1``; a failure is noted in ``error``).  ``executor_peak_bytes``: its
+        *measured* peak, bytes of live device arrays above those alive at its entry, so
+        parameters, batch and anything else already resident are excluded: the quantity of
+        ``peak_bytes`` (outputs of resident nodes), but on real buffers, not summed from the
+        graph's ``out_bytes``; finished gradients (copied to the host) and XLA's scratch inside
+        a stage are in neither.  For graphs from :func:`remat.extract` the two are equal
+        (checked on every zoo model at tiny sizes), so a difference flags wrong node sizes or
+        an executor holding more than the plan says.  ``executor_grad_max_rel_err``:
+        :func:`max_rel_err` of its ``(value, grads)`` against ``jax.value_and_grad`` of the
+        original (float32: about 1e-6 for a correct plan).
+      reference: ``jax.value_and_grad``'s ``(value, grads)`` on ``args``, or a function
+        returning it (called only when needed; default: :func:`reference_value_and_grad`).
 
     Returns:
       One row (see :data:`FIELDS`; bytes, seconds, joules).
@@ -192,7 +248,8 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
             lower_bound=plan.meta.get("lower_bound", ""),
             objective_unit=plan.meta.get("objective_unit", ""),
         )
-        if fn_args is not None and getattr(plan, "microbatches", 1) == 1:
+        single = getattr(plan, "microbatches", 1) == 1
+        if fn_args is not None and residuals and single:
             try:
                 from remat.apply import apply_plan
 
@@ -202,6 +259,17 @@ def evaluate(graph, policy, budget, *, device=None, model: str = "", policy_name
                            realised_residual_bytes=app.residual_bytes)
             except Exception as exc:  # the plan stands; only its realisation is not measured
                 row["error"] = f"residuals not measured: {type(exc).__name__}: {exc}"
+        if fn_args is not None and execute and single:
+            try:
+                value, grads, stats = remat.execute(graph, plan, *fn_args[1])
+                ref = reference() if callable(reference) else reference
+                if ref is None:
+                    ref = reference_value_and_grad(graph, fn_args)
+                row.update(executor_peak_bytes=int(stats.peak_bytes),
+                           executor_grad_max_rel_err=max_rel_err((value, grads), ref))
+            except Exception as exc:  # the plan stands; only its execution is not measured
+                msg = f"not executed: {type(exc).__name__}: {exc}"
+                row["error"] = f"{row['error']}; {msg}" if row.get("error") else msg
     except InfeasibleBudgetError as exc:
         row.update(status="infeasible", min_feasible_bytes=exc.min_feasible_bytes, error=str(exc))
     except NotApplicableError as exc:  # another kind of graph, not a failure
@@ -261,22 +329,30 @@ def build_model(spec: Any, batch_size: int | None, stages: Any = "auto"):
 
 
 _MODEL_CACHE: dict[tuple, tuple] = {}
+_REF_CACHE: dict[tuple, tuple] = {}  # the same keys: jax.value_and_grad's (value, grads)
 
 
 def _run_row(spec, name: str, batch, policy, pname: str, budget, device, *, token: str,
-             threads, time_limit, residuals: bool, stages) -> dict:
+             threads, time_limit, residuals: bool, stages, execute: bool = False) -> dict:
     """One row, in this process (local backend) or a Ray worker; each model is built once per
-    process and sweep (``token``)."""
+    process and sweep (``token``), and its reference gradients computed at most once."""
     import remat
 
     ck = (token, name, batch, str(stages))
     if ck not in _MODEL_CACHE:
         _MODEL_CACHE[ck] = build_model(spec, batch, stages)
     graph, fn_args = _MODEL_CACHE[ck]
+
+    def reference():
+        if ck not in _REF_CACHE:
+            _REF_CACHE[ck] = reference_value_and_grad(graph, fn_args)
+        return _REF_CACHE[ck]
+
     dev = None if device in (None, "") else remat.devices.get(device)
     pol = configure_policy(policy, threads=threads, time_limit=time_limit, device=dev)
     return evaluate(graph, pol, budget, device=dev, model=name, policy_name=pname,
-                    batch_size=batch, fn_args=fn_args if residuals else None)
+                    batch_size=batch, fn_args=fn_args, residuals=residuals, execute=execute,
+                    reference=reference)
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -294,6 +370,7 @@ def sweep(
     threads: int | None = None,
     time_limit: float | None = None,
     residuals: bool = True,
+    execute: bool = False,
     stages: Any = "auto",
     quick: bool = False,
     formats: Sequence[str] | None = None,
@@ -318,8 +395,11 @@ def sweep(
       address: Ray cluster address (``None``: start a local cluster with ``num_cpus``).
       threads, time_limit: solver threads / seconds of each row's policy (Ray default: 1 thread).
       residuals: measure realised residual bytes when the model's function is known.
+      execute: run each plan with :func:`remat.execute` when the model's function is known:
+        ``executor_peak_bytes`` (measured activation bytes, the quantity of ``peak_bytes``) and
+        ``executor_grad_max_rel_err`` (:func:`evaluate`); rows already in ``out`` are kept.
       quick: time limit at most 5 s, only the first batch size and device, at most three
-        budgets (first, middle, last), no residual measurement.
+        budgets (first, middle, last), no residual measurement, no execution.
       formats: subset of ``("csv", "parquet")`` (default: from ``out``'s suffix).
       on_row: called with each new row after it is written (progress hooks, tests).
 
@@ -343,7 +423,7 @@ def sweep(
     budgets, batch_sizes, devices = list(budgets), list(batch_sizes), list(devices)
     if quick:
         time_limit = min(time_limit or 5.0, 5.0)
-        batch_sizes, devices, residuals = batch_sizes[:1], devices[:1], False
+        batch_sizes, devices, residuals, execute = batch_sizes[:1], devices[:1], False, False
         if len(budgets) > 3:
             budgets = [budgets[0], budgets[len(budgets) // 2], budgets[-1]]
     if backend == "ray" and threads is None:
@@ -377,15 +457,16 @@ def sweep(
 
             with tqdm(total=len(todo), disable=not progress, desc=f"sweep[{backend}]") as bar:
                 args = dict(token=token, threads=threads, time_limit=time_limit,
-                            residuals=residuals, stages=stages)
+                            residuals=residuals, stages=stages, execute=execute)
                 if backend == "local":
                     for m, bs, p, b, d in todo:
                         emit(_run_row(items[m], m, bs, pols[p], p, b, d, **args))
                 else:
                     _run_ray(todo, items, pols, args, emit, address=address, num_cpus=num_cpus)
     finally:
-        for k in [k for k in _MODEL_CACHE if k[0] == token]:
-            del _MODEL_CACHE[k]
+        for cache in (_MODEL_CACHE, _REF_CACHE):
+            for k in [k for k in cache if k[0] == token]:
+                del cache[k]
         if "parquet" in fmts:
             write_parquet(read_rows(store), pq_path)
     return read_rows(store, typed=True)

@@ -235,3 +235,104 @@ def test_a_truncated_last_line_and_an_old_header_are_repaired(tmp_path):
                     "status": "optimal", "batch_size": "", "device": ""})
     rows = sweep({"chain": g}, {"counting": pol}, ["100%", "90%"], out=out, progress=False)
     assert pol.calls == 5 and len(rows) == 2
+
+
+# --------------------------------------------------------------------------- the executor column
+def _tiny_mlp(batch_size=4):
+    return remat.zoo.get("mlp", batch_size=batch_size, depth=6, width=32)
+
+
+class _Named:
+    """A registry policy under its own name, counting ``plan`` calls."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.calls = inner, inner, 0
+
+    def plan(self, graph, budget=None):
+        self.calls += 1
+        return policies.get(self.inner).plan(graph, budget=budget)
+
+
+def test_sweep_execute_fills_the_measured_peak_and_checks_gradients(tmp_path):
+    """``execute=True``: every feasible row of a model given with its function has the
+    executor's measured peak, equal to a direct ``remat.execute`` of the same plan, lower for
+    chain_dp at a tight budget (80%: 70% is infeasible) than for checkpoint-all, and gradients
+    equal to ``jax.value_and_grad``'s.  An infeasible row and a sweep without ``execute`` leave
+    the columns blank."""
+    from experiments.harness import build_model
+
+    rows = sweep({"mlp": _tiny_mlp}, ["checkpoint_all", "chain_dp"], ["100%", "80%"],
+                 batch_sizes=[4], residuals=False, execute=True, out=tmp_path / "x.csv",
+                 progress=False)
+    by = {(r["policy"], r["budget_spec"]): r for r in rows}
+    assert by[("checkpoint_all", "80%")]["status"] == "infeasible"
+    assert by[("checkpoint_all", "80%")]["executor_peak_bytes"] is None
+    done = [r for r in rows if r["status"] != "infeasible"]
+    assert len(done) == 3 and all(r["error"] is None for r in done)
+    assert all(r["executor_grad_max_rel_err"] < 1e-5 for r in done)
+    full, tight = by[("checkpoint_all", "100%")], by[("chain_dp", "80%")]
+    assert tight["executor_peak_bytes"] < full["executor_peak_bytes"]
+    assert tight["recomputations"] > 0
+    g, (_, args) = build_model(_tiny_mlp, 4)
+    for r in done:
+        plan = policies.get(r["policy"]).plan(g, budget=r["budget_spec"])
+        _, _, stats = remat.execute(g, plan, *args)
+        assert r["executor_peak_bytes"] == stats.peak_bytes
+        # graphs from remat.extract: node sizes are the executor's buffers, so the measured
+        # peak equals the simulated one (the perturbed test below tells the columns apart)
+        assert r["executor_peak_bytes"] == r["peak_bytes"]
+    plain = sweep({"mlp": _tiny_mlp}, ["checkpoint_all"], ["100%"], batch_sizes=[4],
+                  out=tmp_path / "plain.csv", progress=False)
+    assert plain[0]["executor_peak_bytes"] is None and plain[0]["peak_bytes"] is not None
+
+
+def test_executor_columns_come_from_the_executor_and_flag_wrong_gradients(tmp_path,
+                                                                         monkeypatch):
+    """An executor that reports 8 bytes more and returns gradients 1.5x too large: the row
+    shows exactly that (so the column is not the simulated peak, and a wrong plan's
+    gradients would show in ``executor_grad_max_rel_err``)."""
+    import dataclasses
+
+    import jax
+
+    real = remat.execute
+    seen = []
+
+    def skewed(graph, plan, *args, **kw):
+        value, grads, stats = real(graph, plan, *args, **kw)
+        seen.append(stats.peak_bytes)
+        return (value, jax.tree.map(lambda a: 1.5 * a, grads),
+                dataclasses.replace(stats, peak_bytes=stats.peak_bytes + 8))
+
+    monkeypatch.setattr(remat, "execute", skewed)
+    (row,) = sweep({"mlp": _tiny_mlp}, ["chain_dp"], ["80%"], batch_sizes=[4],
+                   residuals=False, execute=True, out=tmp_path / "s.csv", progress=False)
+    assert seen and row["executor_peak_bytes"] == seen[0] + 8 == row["peak_bytes"] + 8
+    assert abs(row["executor_grad_max_rel_err"] - 0.5) < 1e-5
+
+
+def test_a_store_with_the_old_columns_resumes_with_executor_columns(tmp_path):
+    """A CSV written before the executor columns existed: its rows are kept (not re-planned,
+    the new columns blank) and the missing rows are added with them filled."""
+    from experiments.harness import FIELDS
+
+    out = tmp_path / "rows.csv"
+    pol = _Named("chain_dp")
+    sweep({"mlp": _tiny_mlp}, {"chain_dp": pol}, ["100%"], batch_sizes=[4], residuals=False,
+          out=out, progress=False)
+    new = ("executor_peak_bytes", "executor_grad_max_rel_err")
+    old_fields = [k for k in FIELDS if k not in new]
+    rows = read_rows(out)
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old_fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    rows = sweep({"mlp": _tiny_mlp}, {"chain_dp": pol}, ["100%", "80%"], batch_sizes=[4],
+                 residuals=False, execute=True, out=out, progress=False)
+    assert pol.calls == 2 and len(rows) == 2
+    with open(out, newline="") as f:
+        assert next(csv.reader(f)) == FIELDS
+    by = {r["budget_spec"]: r for r in rows}
+    assert by["100%"]["executor_peak_bytes"] is None  # kept as it was
+    assert by["80%"]["executor_peak_bytes"] == by["80%"]["peak_bytes"] > 0
+    assert by["80%"]["executor_grad_max_rel_err"] < 1e-5

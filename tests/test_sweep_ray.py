@@ -45,12 +45,13 @@ GRAPHS = {"chain8": remat.chain_graph(8, sizes=[1, 2, 3, 4, 4, 3, 2, 1]),
 
 def test_ray_sweep_gives_the_local_rows(tmp_path):
     """Graphs shipped to the workers, a zoo model built in each worker (with realised residual
-    bytes), registry policies built per task with threads=1, on a local cluster the sweep starts
-    (and stops) itself when none is running: every deterministic column equal."""
+    bytes and the executor's measured peak), registry policies built per task with threads=1,
+    on a local cluster the sweep starts (and stops) itself when none is running: every
+    deterministic column equal."""
     # device profiles with fixed constants: with device None a zoo model keeps the costs of
     # the ``host`` profile, calibrated by timing in each process (not deterministic)
     kw = dict(budgets=["100%", "75%"], devices=["cortex-m4", "rtx-3090"], batch_sizes=[4],
-              time_limit=10, progress=False)
+              time_limit=10, execute=True, progress=False)
     pols = ["checkpoint_all", "sqrtn", "checkmate", "poet"]
     models = {**GRAPHS, "mlp": "mlp"}
     local = sweep(models, pols, out=tmp_path / "local.csv", **kw)
@@ -59,6 +60,7 @@ def test_ray_sweep_gives_the_local_rows(tmp_path):
     assert _det(local) == _det(ray_rows)
     mlp = [r for r in ray_rows if r["model"] == "mlp" and r["peak_bytes"] is not None]
     assert mlp and all(r["realised_residual_bytes"] > 0 for r in mlp)
+    assert all(r["executor_peak_bytes"] == r["peak_bytes"] for r in mlp)  # measured in workers
     assert all(r["status"] not in ("crash", "error") for r in ray_rows), ray_rows
 
 
