@@ -19,6 +19,7 @@ from remat.schedule import replay
 from solvers.checkmate import (
     CheckmateProblem,
     Formulation,
+    checkpoint_all_schedule,
     heuristic_schedules,
     min_feasible_budget,
     normalize,
@@ -492,3 +493,61 @@ def test_lns_improves_any_start_and_full_window_is_the_milp_optimum():
     lp = policies.get("checkmate", budget=b, lns=True, time_limit=20).plan(g)
     tried = [v for v in lp.meta["tried"].values() if v is not None]
     assert remat.simulate(g, lp).compute_time_s <= min(tried) + 1e-9
+
+
+def _random_problem(n: int, seed: int, m: float) -> CheckmateProblem:
+    """A random DAG (every node reads its predecessor and up to two earlier nodes), sizes and
+    costs drawn at random, budget ``m`` x the no-remat peak (bytes)."""
+    rng = np.random.default_rng(seed)
+    edges = [(i - 1, i) for i in range(1, n)]
+    for j in range(2, n):
+        for i in rng.choice(j - 1, size=min(2, j - 1), replace=False):
+            if rng.random() < 0.5:
+                edges.append((int(i), j))
+    P = CheckmateProblem(n, np.array(edges), rng.uniform(0.5, 2.0, n),
+                         rng.integers(1, 9, n) * 1024)
+    peak, _ = schedule_memory(P, *checkpoint_all_schedule(P))
+    return P.with_budget(int(np.ceil(m * peak)))
+
+
+@pytest.mark.parametrize("kinds", [("nodes",), ("steps", "nodes")])
+def test_lns_node_windows_never_worse_and_fit(kinds):
+    """Node windows (columns freed in every step) and step windows together: the LNS result is
+    never costlier than its start, fits the budget by replay of the schedule, and its bound is
+    below the exact optimum."""
+    from solvers.checkmate.lns import _windows, solve_checkmate_lns
+
+    P = _random_problem(24, 3, 0.7)
+    g = remat.make_graph([f"v{i}" for i in range(P.n)], [tuple(e) for e in P.edges.tolist()],
+                         out_bytes=[int(s) for s in P.sizes], time_s=[float(c) for c in P.costs])
+    start = None
+    for name in ("greedy_remat", "pebbling"):  # the DAG heuristics that fit this budget
+        ff = to_frontier_form(P, policies.get(name).plan(g, budget=P.budget).R)
+        assert ff is not None
+        R, S = normalize(P, *ff)
+        if schedule_memory(P, R, S)[0] <= P.budget and (
+                start is None or P.costs @ R.sum(0) > P.costs @ start[0].sum(0)):
+            start = (R, S)
+    assert start is not None
+    c0 = float(P.costs @ start[0].sum(0))
+    # every neighbourhood offered has recomputation inside it, most first
+    for w in (2, 4, 8):
+        wins = _windows(P, start[0], w, kinds)
+        waste_s = start[0].astype(float) @ P.costs - P.costs
+        waste_n = (start[0].sum(0) - 1.0) * P.costs
+        sc = [float((waste_s if k == "steps" else waste_n)[a:b].sum()) for k, a, b in wins]
+        assert all(x > 0 for x in sc) and sc == sorted(sc, reverse=True)
+    sol = solve_checkmate_lns(P, start, time_limit=15, window=4, window_time=3,
+                              neighbourhoods=kinds)
+    assert sol.objective < c0 - 1e-6  # the start (pebbling, greedy_remat) is not optimal here
+    # the only other window is the full one (the whole MILP) once the width reaches n
+    assert all(s["kind"] in kinds or (s["t0"], s["t1"]) == (0, P.n)
+               for s in sol.meta["lns_steps"])
+    rep = replay(g, remat.Plan(R=sol.R, S=sol.S))
+    assert rep.peak_bytes <= P.budget
+    assert float(P.costs @ sol.R.sum(0)) == pytest.approx(sol.objective)
+    exact = solve_checkmate(P, time_limit=60)
+    assert exact.status == "optimal"
+    assert sol.lower_bound <= exact.objective * (1 + 1e-6) <= sol.objective * (1 + 1e-6)
+    with pytest.raises(remat.errors.SolverError):
+        solve_checkmate_lns(P, start, time_limit=5, neighbourhoods=("rows",))

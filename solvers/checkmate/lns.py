@@ -10,8 +10,12 @@ window's edges keep ``S[t0 + w]`` reachable and the memory rows of every step st
 so an accepted schedule fits the budget (re-checked with :func:`schedule_memory`, which shares no
 code with the rows).  A schedule is accepted when it is strictly cheaper.
 
-Windows are visited most-wasteful first (the incumbent's recomputation cost inside the window),
-with stride ``w / 2``; a sweep with no improvement doubles ``w``.  A window covering every step
+Two kinds of neighbourhood: windows of steps (above) and windows of nodes ``[i0, i0 + w)``
+whose ``R``/``S`` columns are freed in every step (re-planning the checkpoints of a run of
+layers, backward steps included).  They are visited most-wasteful first (the incumbent's
+recomputation cost inside them; those with none are skipped: they cannot improve), stride
+``w / 2``; one solved to optimality is skipped until the incumbent changes where it reads it; a
+sweep with no improvement doubles ``w``.  A window covering every step
 is the full MILP: when it ends ``optimal`` the incumbent is proven optimal.  The returned lower
 bound is the small LP relaxation's (:func:`solvers.checkmate.milp._lp_bound`, at most a fifth of
 the time) or the MILP's own when the full window finished, and the trivial ``sum(costs)``
@@ -51,29 +55,46 @@ __all__ = ["solve_checkmate_lns", "LnsStep"]
 
 @dataclasses.dataclass(frozen=True)
 class LnsStep:
-    """One sub-solve: window ``[t0, t1)``, its status, the incumbent cost after it and the
-    wall-clock time since the start (seconds)."""
+    """One sub-solve: window ``[t0, t1)`` of steps or nodes (``kind``), its status, the
+    incumbent cost after it and the wall-clock time since the start (seconds)."""
 
     t0: int
     t1: int
     status: str
     cost: float
     elapsed_s: float
+    kind: str = "steps"
 
 
-def _windows(problem: CheckmateProblem, R: np.ndarray, w: int) -> list[tuple[int, int]]:
-    """Windows of ``w`` steps, stride ``w // 2``, most recomputation cost first."""
+def _windows(problem: CheckmateProblem, R: np.ndarray, w: int, kinds: tuple[str, ...]
+             ) -> list[tuple[str, int, int]]:
+    """Neighbourhoods of width ``w``, stride ``w // 2``, most recomputation cost first.
+
+    ``("steps", t0, t1)`` frees ``R``/``S`` rows ``t0..t1-1`` (every node); ``("nodes", i0, i1)``
+    frees columns ``i0..i1-1`` (those nodes' computation and retention in every step: re-planning
+    the checkpoints of a run of layers, including the backward steps that read them).
+    Neighbourhoods without recomputation are left out: the objective is a sum over steps (and
+    over nodes), and every step pays at least its frontier node, so such a neighbourhood is
+    already at its sub-problem's optimum."""
     n = problem.n
     if w >= n:
-        return [(0, n)]
+        return [("steps", 0, n)]
     stride = max(1, w // 2)
     starts = list(range(0, n - w + 1, stride))
     if starts[-1] != n - w:
         starts.append(n - w)
-    waste = (R.astype(float) @ problem.costs) - problem.costs  # per step: recomputation cost
-    score = [float(waste[s:s + w].sum()) for s in starts]
-    order = np.argsort(-np.asarray(score), kind="stable")
-    return [(starts[i], starts[i] + w) for i in order]
+    Rf = R.astype(float)
+    per = {"steps": Rf @ problem.costs - problem.costs,  # per step: recomputation cost
+           "nodes": (Rf.sum(0) - 1.0) * problem.costs}  # per node: its recomputation cost
+    cands, score = [], []
+    for kind in kinds:
+        waste = per[kind]
+        for st in starts:
+            cands.append((kind, st, st + w))
+            score.append(float(waste[st:st + w].sum()))
+    sc = np.asarray(score)
+    tol = 1e-12 * max(1.0, float(problem.costs.sum()))
+    return [cands[i] for i in np.argsort(-sc, kind="stable") if sc[i] > tol]
 
 
 def solve_checkmate_lns(
@@ -87,6 +108,8 @@ def solve_checkmate_lns(
     threads: int | None = None,
     formulation: Formulation = Formulation(),  # noqa: B008 (frozen dataclass)
     lp_bound: bool = True,
+    neighbourhoods: tuple[str, ...] = ("steps", "nodes"),
+    lower_bound: float | None = None,
 ) -> CheckmateSolution:
     """Improve the feasible frontier-form schedule ``start`` within ``time_limit`` seconds.
 
@@ -96,6 +119,9 @@ def solve_checkmate_lns(
       window: initial window size (steps); doubled after a sweep without improvement.
       window_time: seconds per sub-solve (default: a tenth of ``time_limit``, at least 2 s).
       lp_bound: solve the small LP relaxation first for a lower bound.
+      neighbourhoods: ``"steps"`` (windows of consecutive steps) and/or ``"nodes"`` (windows
+        of consecutive nodes across all steps); see :func:`_windows`.
+      lower_bound: a bound already proven by the caller (e.g. LP rounding's LP), cost units.
 
     Returns:
       :class:`CheckmateSolution` with status ``optimal`` (the full window was solved to
@@ -120,6 +146,8 @@ def solve_checkmate_lns(
     n = problem.n
     lb = float(problem.costs.sum())
     lp_s = 0.0
+    if lower_bound is not None and math.isfinite(lower_bound):
+        lb = max(lb, float(lower_bound))
     if lp_bound:
         lp = _lp_bound(problem, formulation, 0.2 * time_limit, threads)
         if math.isfinite(lp.bound):
@@ -137,16 +165,36 @@ def solve_checkmate_lns(
     def left() -> float:
         return time_limit - (time.perf_counter() - t_start)
 
+    # A step window's sub-problem reads the incumbent only on steps [t0 - 1, t1] (carry rows at
+    # its edges, the memory rows of its own steps); a node window's reads all of it.  One solved
+    # to optimality is skipped until what it reads changes.
+    settled: dict[tuple[str, int, int], bytes] = {}
+    kinds = tuple(neighbourhoods)
+    if not kinds or any(k not in ("steps", "nodes") for k in kinds):
+        raise SolverError(f"neighbourhoods must be a non-empty subset of ('steps', 'nodes'), "
+                          f"got {neighbourhoods!r}")
+
+    def signature(kind: str, t0: int, t1: int) -> bytes:
+        lo, hi = (max(0, t0 - 1), min(n, t1 + 1)) if kind == "steps" else (0, n)
+        return R[lo:hi].tobytes() + S[lo:hi].tobytes()
+
+    skipped = 0
     while left() > 0.5 and status != "optimal" and cost - lb > mip_gap * cost:
         improved = False
-        for t0, t1 in _windows(problem, R, w):
+        for kind, t0, t1 in _windows(problem, R, w, kinds):
             if left() <= 0.5:
                 break
+            if settled.get((kind, t0, t1)) == signature(kind, t0, t1):
+                skipped += 1
+                continue
             model.clear_fixes()
-            outside = np.ones(n, bool)
-            outside[t0:t1] = False
+            free = np.zeros((n, n), bool)
+            if kind == "steps":
+                free[t0:t1] = True
+            else:
+                free[:, t0:t1] = True
             for blk, M in ((v.R, R), (v.S, S)):
-                sel = (blk >= 0) & outside[:, None]
+                sel = (blk >= 0) & ~free
                 model.fix(blk[sel], M[sel].astype(float))
             full = t1 - t0 >= n
             try:
@@ -155,18 +203,21 @@ def solve_checkmate_lns(
                                   mip_gap=mip_gap, threads=threads,
                                   warm_start=checkmate_vector(model, v, problem, R, S))
             except SolverTimeoutError:
-                steps.append(LnsStep(t0, t1, "no_solution", cost, time.perf_counter() - t_start))
+                steps.append(LnsStep(t0, t1, "no_solution", cost, time.perf_counter() - t_start,
+                                     kind))
                 continue
             if sol.has_solution:
                 R2, S2 = decode_schedule(problem, v, sol.x)
                 c2 = schedule_cost(problem, R2)
                 if c2 < cost * (1 - 1e-9) and schedule_memory(problem, R2, S2)[0] <= budget:
                     R, S, cost, improved = R2, S2, c2, True
+            if sol.status == "optimal":  # the incumbent is now this window's optimum
+                settled[(kind, t0, t1)] = signature(kind, t0, t1)
             if full and sol.status == "optimal":
                 status = "optimal"
                 if math.isfinite(sol.bound):
                     lb = max(lb, min(cost, sol.bound * v.cost_unit))
-            steps.append(LnsStep(t0, t1, sol.status, cost, time.perf_counter() - t_start))
+            steps.append(LnsStep(t0, t1, sol.status, cost, time.perf_counter() - t_start, kind))
             if full:
                 break
         if not improved:
@@ -183,4 +234,4 @@ def solve_checkmate_lns(
         R, S, status, cost, lb, rel_gap(cost, lb), peak, elapsed, build_s, -1,
         {"method": "lns", "start_objective": start_cost,
          "lns_steps": [dataclasses.asdict(s) for s in steps],
-         "final_window": w, "lp_bound_time_s": lp_s})
+         "final_window": w, "lp_bound_time_s": lp_s, "windows_skipped": skipped})
