@@ -4,6 +4,7 @@ Examples::
 
     remat models
     remat inspect resnet18 --batch-size 8
+    remat inspect mlp --timeline mlp_timeline.png --budget 90%
     remat plan mlp --policy checkmate --budget 50%
     remat compare mlp --budget 50% --timeline
     remat sweep --models mlp vgg16 --budgets 90% 70% 50% --out results.csv
@@ -80,7 +81,23 @@ def cmd_models(args) -> int:
     return 0
 
 
+#: Policies ``remat inspect --timeline`` draws when ``--policies`` is not given: the no-remat
+#: baseline, the classic heuristic and the (fast, exact on chains) dynamic programme.
+INSPECT_TIMELINE_POLICIES = ("checkpoint_all", "sqrtn", "chain_dp")
+
+
 def cmd_inspect(args) -> int:
+    """Print the graph node by node; with ``--timeline PATH`` also plan it with each of
+    ``--policies`` at ``--budget``, simulate (:func:`remat.simulate`) and draw the per-policy
+    live-activation timelines side by side (:func:`_plot_timelines`, as ``compare --timeline``)."""
+    names = None
+    if args.timeline:
+        import policies
+
+        names = [n.strip() for n in (args.policies or ",".join(INSPECT_TIMELINE_POLICIES)).split(",")
+                 if n.strip()]
+        for n in names:
+            policies.option_names(n)  # an unknown name fails here, listing what exists
     t0 = time.perf_counter()
     g = _graph(args)
     print(g.summary())
@@ -91,6 +108,27 @@ def cmd_inspect(args) -> int:
             f"{v.index:>4} {v.name[:40]:40} {'bwd' if v.is_backward else 'fwd':7} "
             f"{v.flops / 1e9:9.3f} {_fmt_bytes(v.out_bytes):>12} {v.time_s:10.2e}"
         )
+    if not names:
+        return 0
+    reports: dict = {}
+    rows = compare(g, args.budget, names=names, time_limit=args.time_limit,
+                   device=_compare_device(args, g), reports=reports)
+    print(f"\ntimelines at budget {args.budget or 'each policy default'}:")
+    for r in rows:
+        rep = reports.get(r["policy"])
+        if rep is not None:
+            print(f"  {r['policy']:16} peak {_fmt_bytes(rep.peak_bytes):>12}  "
+                  f"overhead {rep.overhead:.3f}x")
+        else:
+            why = (f"smallest feasible budget {_fmt_bytes(r.get('min_feasible_bytes'))}"
+                   if r.get("status") == "infeasible" else (r.get("error") or "")[:70])
+            print(f"  {r['policy']:16} no timeline ({r.get('status', '')}: {why})")
+    if not reports:
+        from remat.errors import RematError
+
+        raise RematError(f"no policy of {', '.join(names)} made a plan at budget {args.budget}")
+    _plot_timelines(reports, rows, g, args.timeline)
+    print(f"timelines written to {args.timeline}")
     return 0
 
 
@@ -318,6 +356,7 @@ def cmd_sweep(args) -> int:
                      backend=args.backend, address=args.address, num_cpus=args.num_cpus,
                      threads=args.threads, time_limit=args.time_limit,
                      residuals=not args.no_residuals, stages=st, quick=args.quick,
+                     execute=args.execute,
                      formats=args.format)
     print(f"{len(rows)} rows in {args.out}")
     return 0
@@ -347,8 +386,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sp = sub.add_parser("models", help="list zoo models")
     sp.set_defaults(fn=cmd_models)
-    sp = sub.add_parser("inspect", help="show a model's training graph")
+    sp = sub.add_parser("inspect", help="show a model's training graph (and memory timelines)")
     common(sp)
+    sp.add_argument("--timeline", default=None, metavar="PNG",
+                    help="also plan with --policies, simulate and draw each plan's live "
+                         "activation memory (MiB) per compute event to this PNG")
+    sp.add_argument("--policies", default=None, metavar="A,B,C",
+                    help="comma-separated policies for --timeline (default: "
+                         + ",".join(INSPECT_TIMELINE_POLICIES) + ")")
+    sp.add_argument("--budget", default=None,
+                    help='budget for --timeline ("50%%", "512MiB", bytes; default: each '
+                         "policy's own)")
     sp.set_defaults(fn=cmd_inspect)
     sp = sub.add_parser("plan", help="plan one model with one policy")
     common(sp)
@@ -381,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--quick", action="store_true",
                     help="5 s solver limit, first batch and device, at most 3 budgets")
     sp.add_argument("--format", nargs="+", choices=["csv", "parquet"], default=None)
+    sp.add_argument("--execute", action="store_true",
+                    help="also run each plan with remat.execute (models with a function): "
+                         "executor_peak_bytes (measured activation bytes) and "
+                         "executor_grad_max_rel_err vs jax.value_and_grad")
     sp.add_argument("--no-residuals", action="store_true",
                     help="skip measuring realised residual bytes (jax.checkpoint)")
     sp.set_defaults(fn=cmd_sweep)

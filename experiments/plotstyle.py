@@ -249,3 +249,139 @@ def plot_timelines(reports: Mapping[str, Any], *, budget_bytes: float | None = N
         fig.suptitle(title + ("" if budget_bytes is None else "  (dashed: budget)"), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- series of the figure scripts
+
+#: Names the figure scripts give to a variant or ablation of a shipped policy -> that policy.
+#: A variant is drawn in its policy's colour, told apart from the policy (and from the policy's
+#: other variants) by an open marker, a broken line or a hatched bar (:func:`series_style`).
+POLICY_VARIANTS: dict[str, str] = {
+    "sqrtn_budget": "sqrtn", "chen_greedy": "sqrtn",  # budget_sweep
+    "griewank_logn": "griewank",
+    "checkmate_lp": "checkmate",
+    "jax_nothing_saveable": "jax_policy", "jax_dots_saveable": "jax_policy",
+    "jax_dots_with_no_batch_dims_saveable": "jax_policy", "jax_everything_saveable": "jax_policy",
+    "pool_only": "melon", "recompute_only": "melon",  # melon_batch ablations
+    "remat_only": "poet", "paging_only": "poet",  # poet_energy ablations
+    "checkpoint_first": "sage", "accumulate_first_mtp1": "sage", "dgc": "sage",  # sage_*
+    "dga": "sage", "sage_ghost_bn": "sage",
+    "basic": "nntrainer", "optimized_v1": "nntrainer", "optimized_v3": "nntrainer",
+}
+
+#: Aliases that *are* a shipped policy under another name (drawn exactly as the policy).
+POLICY_ALIASES: dict[str, str] = {
+    "accumulate_first": "sage",  # Sage's own order (the policy's default)
+    "melon_pool": "melon",  # the placement the Melon policy uses
+    "no_remat": "checkpoint_all",
+}
+
+#: Fixed styles of series that are not policies: memory-layout strategies (the same strategy
+#: looks the same in the Melon, NNTrainer and OLLA figures) and lower bounds; ``color`` and
+#: ``marker``, optionally ``hatch``, ``fill`` and ``linestyle`` (see :func:`series_style`).
+SERIES_STYLES: dict[str, dict[str, str]] = {
+    "first_fit": {"color": "#393b79", "marker": "o"},
+    "on_demand": {"color": "#393b79", "marker": "o"},  # first fit at allocation time
+    "best_fit": {"color": "#637939", "marker": "s"},
+    "large_first": {"color": "#8c6d31", "marker": "^"},  # greedy by size
+    "lifetime_aware": {"color": "#843c39", "marker": "v"},
+    # refinements of the lifetime-aware greedy: its colour, hatched / open
+    "lifetime_aware_lowest": {"color": "#843c39", "marker": "D", "hatch": "////", "fill": "none",
+                              "linestyle": "--"},
+    "lifetime_aware_refined": {"color": "#843c39", "marker": "X", "hatch": "xxx", "fill": "none",
+                               "linestyle": ":"},
+    "program_order": {"color": "#7f7f7f", "marker": "o"},
+    "half_batch": {"color": "#e7ba52", "marker": "o"},  # static accumulation (SGA), no remat
+    "lower_bound": {"color": "#000000", "marker": "_"},
+    "max_live_bound": {"color": "#000000", "marker": "_"},
+}
+
+_VARIANT_LINES: tuple = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 3)))
+_VARIANT_HATCHES = ("////", "\\\\\\\\", "xxx", "...", "+++", "ooo")
+_VARIANT_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def policy_of(name: str) -> str | None:
+    """The shipped policy a series name is or belongs to (``"chen_greedy" -> "sqrtn"``), else
+    ``None`` (a layout strategy, a bound, a plugin policy)."""
+    if name in POLICY_STYLES:
+        return name
+    return POLICY_ALIASES.get(name) or POLICY_VARIANTS.get(name)
+
+
+def series_style(name: str) -> dict[str, Any]:
+    """How a figure draws series ``name``: ``{"color", "marker", "linestyle", "fill", "hatch",
+    "policy"}``.
+
+    * a shipped policy or an alias of one: :func:`style` of it, solid line, filled marker, no
+      hatch;
+    * a variant (:data:`POLICY_VARIANTS`): the policy's colour; its rank ``k`` among that
+      policy's variants (table order, so the same in every figure) picks a broken line, an open
+      marker (the policy's own for ``k = 0``, then others) and a bar hatch;
+    * a layout strategy or bound (:data:`SERIES_STYLES`): its fixed colour and marker;
+    * anything else: :func:`style`'s hash fallback.
+    ``fill`` is ``"full"`` or ``"none"`` (matplotlib ``fillstyle``); ``policy`` the shipped
+    policy or ``None``."""
+    out: dict[str, Any] = {"linestyle": "-", "fill": "full", "hatch": "", "policy": policy_of(name)}
+    if name in POLICY_STYLES or name in POLICY_ALIASES:
+        return {**out, **style(out["policy"])}
+    if name in POLICY_VARIANTS:
+        base = POLICY_VARIANTS[name]
+        k = [v for v, p in POLICY_VARIANTS.items() if p == base].index(name)
+        st = style(base)
+        others = [m for m in _VARIANT_MARKERS if m != st["marker"]]
+        marker = st["marker"] if k == 0 else others[(k - 1) % len(others)]
+        return {**out, "color": st["color"], "marker": marker, "fill": "none",
+                "linestyle": _VARIANT_LINES[k % len(_VARIANT_LINES)],
+                "hatch": _VARIANT_HATCHES[k % len(_VARIANT_HATCHES)]}
+    if name in SERIES_STYLES:
+        return {**out, **SERIES_STYLES[name]}
+    return {**out, **style(name)}
+
+
+def line_kw(name: str, **over: Any) -> dict[str, Any]:
+    """``ax.plot`` keyword arguments for series ``name`` (:func:`series_style`), a legend
+    ``label`` of ``name``; ``over`` overrides any of them."""
+    st = series_style(name)
+    kw = {"color": st["color"], "marker": st["marker"], "linestyle": st["linestyle"],
+          "fillstyle": st["fill"], "label": name}
+    if st["fill"] == "none":
+        kw["markerfacecolor"] = "none"
+    return {**kw, **over}
+
+
+def scatter_kw(name: str, **over: Any) -> dict[str, Any]:
+    """``ax.scatter`` keyword arguments for series ``name``: filled markers in the series colour
+    with a thin black edge; a variant's markers open (edge in the series colour)."""
+    st = series_style(name)
+    if st["fill"] == "none":
+        kw = {"marker": st["marker"], "facecolors": "none", "edgecolors": st["color"],
+              "linewidths": 1.2}
+    else:
+        kw = {"marker": st["marker"], "color": st["color"], "edgecolors": "k", "linewidths": 0.5}
+    return {**kw, "label": name, **over}
+
+
+def bar_kw(name: str, **over: Any) -> dict[str, Any]:
+    """``ax.bar`` / ``ax.barh`` keyword arguments for series ``name``: the series colour with a
+    black edge; a variant's bars hatched (:func:`series_style`)."""
+    st = series_style(name)
+    kw = {"color": st["color"], "edgecolor": "k", "linewidth": 0.4, "label": name}
+    if st["hatch"]:
+        kw["hatch"] = st["hatch"]
+    return {**kw, **over}
+
+
+def annotate_identical(ax, names: Sequence[str], xs: Sequence[float], ys: Sequence[float], *,
+                       rtol: float = 1e-6, xytext: tuple[float, float] = (-6.0, -12.0),
+                       **text_kw: Any) -> list[list[int]]:
+    """Label each group of identical points (:func:`coincident_groups`) drawn on top of each
+    other with ``"n identical: a, b, ..."`` (offset ``xytext`` points, right-aligned), so a
+    reader knows a hidden series is there.  Returns the groups of more than one point."""
+    same = [g for g in coincident_groups(xs, ys, rtol) if len(g) > 1]
+    for grp in same:
+        i0 = grp[0]
+        ax.annotate(f"{len(grp)} identical: " + ", ".join(names[i] for i in grp),
+                    (xs[i0], ys[i0]), xytext=xytext, textcoords="offset points",
+                    **{"fontsize": 6, "ha": "right", "color": "0.3", **text_kw})
+    return same

@@ -94,3 +94,38 @@ def test_cli_compare_unknown_device_is_a_one_line_error(tmp_path, capsys):
                    "--plot", ""])
     err = capsys.readouterr().err
     assert rc == 2 and "cortex-m4" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_cli_inspect_timeline_draws_each_default_policy(tmp_path, capsys, monkeypatch):
+    """``remat inspect mlp --timeline PNG``: the default policies planned, simulated and drawn
+    side by side by ``plotstyle.plot_timelines`` (the function ``compare --timeline`` uses)."""
+    drawn: dict = {}
+    real = ps.plot_timelines
+
+    def spy(reports, **kw):
+        drawn.update(reports)
+        return real(reports, **kw)
+
+    monkeypatch.setattr(ps, "plot_timelines", spy)
+    png = tmp_path / "tl.png"
+    rc = cli.main(["inspect", "mlp", "--batch-size", "16", "--timeline", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"timelines written to {png}" in out
+    assert png.exists() and png.stat().st_size > 10_000
+    assert list(drawn) == list(cli.INSPECT_TIMELINE_POLICIES)
+    g = remat.extract(*remat.zoo.get("mlp", batch_size=16))
+    for name, rep in drawn.items():
+        assert rep.timeline["live_bytes"].max() == rep.peak_bytes, name
+        assert f"{name} " in out and "overhead" in out
+    assert drawn["checkpoint_all"].peak_bytes == g.no_remat_peak()
+    assert drawn["sqrtn"].peak_bytes < g.no_remat_peak()  # SqrtN recomputes to save memory
+
+
+def test_cli_inspect_timeline_unknown_policy_is_a_one_line_error(tmp_path, capsys):
+    png = tmp_path / "tl.png"
+    rc = cli.main(["inspect", "mlp", "--timeline", str(png), "--policies", "sqrtn,no_such_policy"])
+    cap = capsys.readouterr()
+    assert rc == 2 and len(cap.err.strip().splitlines()) == 1
+    assert "no_such_policy" in cap.err and "chain_dp" in cap.err  # lists what exists
+    assert cap.out == "" and not png.exists()  # failed before extracting anything

@@ -103,36 +103,47 @@ def run(models, n_budgets: int, quick: bool, out: str) -> list[dict]:
 
 
 def plot(rows: list[dict], models, fig_dir: str = HERE) -> None:
+    """One PNG per model: overhead (x) against peak (x checkpoint-all, MiB on the top axis);
+    budget-aware policies as step lines, fixed baselines as points, each in the style of
+    ``experiments.plotstyle`` (variants such as ``chen_greedy`` in their policy's colour, open
+    markers and broken lines); identical fixed points are annotated ``n identical``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from experiments import plotstyle as ps
 
     for model in models:
         rs = [r for r in rows if r["model"] == model and r.get("peak_bytes") not in ("", None)]
         if not rs:
             continue
         peak = float(rs[0]["no_remat_peak_bytes"])
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(9, 4.5))
         names = list(dict.fromkeys(r["policy"] for r in rs))
-        colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names), 2)))
-        styles = ["-", "--", "-.", ":"]
-        for ci, name in enumerate(names):
+        fixed = []  # (name, x, y) of the fixed baselines
+        for name in names:
             pts = sorted((float(r["peak_bytes"]) / peak, float(r["overhead"]))
                          for r in rs if r["policy"] == name)
             if not pts:
                 continue
             x, y = zip(*pts)
             if all(r["budget_frac"] == "" for r in rs if r["policy"] == name):
-                ax.scatter(x, y, label=name, marker="os^vD<>P*X"[ci % 10], color=colors[ci],
-                           zorder=3)
+                ax.scatter(x, y, s=45, zorder=3, **ps.scatter_kw(name))
+                fixed += [(name, xi, yi) for xi, yi in pts]
             else:
-                ax.plot(x, y, label=name, marker=".", drawstyle="steps-post", color=colors[ci],
-                        linestyle=styles[ci % 4], linewidth=2.5 if name == "chain_dp" else 1.2)
-        ax.set_xlabel("peak activation memory / checkpoint-all peak")
-        ax.set_ylabel("compute overhead (x checkpoint-all)")
-        ax.set_title(f"{model}: overhead vs memory budget")
-        ax.legend(fontsize=7)
+                ax.plot(x, y, **ps.line_kw(name, drawstyle="steps-post", ms=4,
+                                           linewidth=2.5 if name == "chain_dp" else 1.2))
+        ps.annotate_identical(ax, [f[0] for f in fixed], [f[1] for f in fixed],
+                              [f[2] for f in fixed])
+        ax.set_xlabel("peak activation memory (x checkpoint-all peak)")
+        ax.set_ylabel("compute overhead vs checkpoint-all (x)")
+        top = ax.secondary_xaxis("top", functions=(lambda f, p=peak: f * p / ps.MIB,
+                                                   lambda m, p=peak: m * ps.MIB / p))
+        top.set_xlabel("peak activation memory (MiB)", fontsize=8)
+        top.tick_params(labelsize=7)
+        ax.set_title(f"{model}: overhead vs memory budget", fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
         fig.tight_layout()
         os.makedirs(fig_dir, exist_ok=True)

@@ -98,6 +98,8 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     groups = list(dict.fromkeys((r["model"], r["old_frac"], r["new_frac"]) for r in data))
     fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.6), squeeze=False,
                              sharey=True)
@@ -108,13 +110,16 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
               for r in sub]
         rl = [100 * r["relayout_s"] / r["stop_restart_s"] if r["stop_restart_s"] else 0
               for r in sub]
-        ax.bar(x, rc, label="recompute (RC)")
-        ax.bar(x, rl, bottom=rc, label="relayout (RL)")
-        ax.axhline(100, color="k", ls="--", lw=0.8)
+        # Melon's colour; moving memory hatched, as paging is in ``plotstyle.cost_bars``
+        ax.bar(x, rc, **ps.bar_kw("melon", label="recompute (RC)"))
+        ax.bar(x, rl, bottom=rc, **ps.bar_kw("melon", label="relayout (RL)", hatch="////",
+                                             alpha=0.6))
+        ax.axhline(100, color="k", ls="--", lw=0.8, label="stop-restart")
         ax.set_xticks(x)
         ax.set_xticklabels([f"{int(100 * r['progress'])}%" for r in sub])
         ax.set_title(f"{m}\n{fo:.2f}P -> {fn:.2f}P", fontsize=9)
-    axes[0][0].set_ylabel("overhead, % of stop-restart")
+        ax.set_xlabel("change at (% of the old plan's events)", fontsize=8)
+    axes[0][0].set_ylabel("adaptation time (% of stop-restart time)")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -119,23 +119,29 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     models = list(dict.fromkeys(r["model"] for r in data))
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
     for ax, m in zip(axes[0], models):
-        for meth, mk in zip(METHODS, "osD^v"):
+        best = []  # (method, throughput, batch) of each method's largest fitting batch
+        for meth in METHODS:
             pts = [(r["samples_per_s"], r["batch_size"]) for r in data
                    if r["model"] == m and r["method"] == meth and r["fits"]]
             if not pts:
                 continue
             x, y = zip(*pts)
-            line = ax.plot(x, y, marker=mk, ms=4, lw=0.8, alpha=0.7, label=meth)[0]
+            ax.plot(x, y, **ps.line_kw(meth, ms=4, lw=1.0, alpha=0.8))
             j = int(np.argmax(y))
-            ax.plot([x[j]], [y[j]], marker=mk, ms=10, color=line.get_color())
+            ax.plot([x[j]], [y[j]], **ps.line_kw(meth, ms=10, label=None, mec="k", mew=0.6))
+            best.append((meth, x[j], y[j]))
+        if best:
+            ps.annotate_identical(ax, *zip(*best), xytext=(9, -2), ha="left", va="top")
         sub = next(r for r in data if r["model"] == m)
         ax.set_title(f"{m}, {sub['image_size']}px, pool budget {sub['budget_bytes'] / 2**20:.0f}"
                      " MiB, pixel-4", fontsize=9)
         ax.set_xlabel("modelled throughput (samples/s)")
-        ax.set_ylabel("batch size (largest marked)")
+        ax.set_ylabel("batch size (samples; largest that fits marked)")
         ax.invert_xaxis()
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()

@@ -71,6 +71,8 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps  # layout strategies and Melon's pool: fixed colours
+
     models = list(dict.fromkeys(r["model"] for r in data))
     stages = list(dict.fromkeys(r["stages"] for r in data))
     names = list(dict.fromkeys(r["placement"] for r in data))
@@ -86,14 +88,14 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
                                  if (r["image_size"], r["batch_size"]) == k
                                  and r["placement"] == nm) for k in keys]
                 ax.bar([i + (j - (len(names) - 1) / 2) * w for i in range(len(keys))], ys, w,
-                       label=nm)
+                       **ps.bar_kw(nm))
             bounds = [next(r["lower_bound_bytes"] for r in sub
                            if (r["image_size"], r["batch_size"]) == k) for k in keys]
             ax.set_xticks(range(len(keys)))
             ax.set_xticklabels([f"{im}px bs{b}\n{lb / 2**20:.0f}MiB"
                                 for (im, b), lb in zip(keys, bounds)], fontsize=7)
             ax.set_title(f"{m}, stages={st} ({sub[0]['allocations']} allocations)", fontsize=9)
-            ax.set_ylabel("pool / max-live bound - 1 (%)")
+            ax.set_ylabel("fragmentation: pool / max-live bound - 1 (%)", fontsize=8)
             ax.axhline(0, color="k", lw=0.8)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()

@@ -25,6 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments import plotstyle as ps  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RES = ROOT / "experiments" / "results"
 FIG = ROOT / "figures"
@@ -51,7 +53,7 @@ def planners_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pat
             if r is not None:
                 xs.append(m + (k - (len(PLANNERS) - 1) / 2) * w)
                 ys.append(int(r["arena_bytes"]) / int(r["bound_bytes"]))
-        ax.bar(xs, ys, w, label=label)
+        ax.bar(xs, ys, w, **ps.bar_kw(v, label=label))
     ax.axhline(1.0, color="k", lw=1, ls="--", label="max-live lower bound")
     labels = []
     for model in models:
@@ -61,7 +63,7 @@ def planners_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pat
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
-    ax.set_ylabel("arena / lower bound (log)")
+    ax.set_ylabel("arena / max-live lower bound (x, log)")
     ax.set_title("Planner arenas on checkpoint-all lifetimes (zoo stage graphs) and NNTrainer's EO model")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -75,22 +77,28 @@ def planners_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pat
 def swap_figure(res: pathlib.Path = RES, fig_dir: pathlib.Path = FIG) -> pathlib.Path:
     rows = _rows("nntrainer_vgg16.csv", res)
     fig, ax = plt.subplots(figsize=(7, 4.6))
+    # every point is a plan of the nntrainer policy: its style for ours, black for the
+    # executor's measurement, open grey for the paper's numbers; bounds in greys
+    nnt = ps.style("nntrainer")
     for r in rows:
         x = 100 * float(r["latency_overhead"])
-        ax.scatter(x, int(r["sim_peak_bytes"]) / MIB, marker="o", s=50, color="C0")
-        ax.scatter(x, int(r["exec_peak_bytes"]) / MIB, marker="x", s=60, color="C3")
+        ax.scatter(x, int(r["sim_peak_bytes"]) / MIB, marker=nnt["marker"], s=120,
+                   color=nnt["color"], edgecolors="k", linewidths=0.5, zorder=2)
+        ax.scatter(x, int(r["exec_peak_bytes"]) / MIB, marker="x", s=30, color="k", zorder=3)
         ax.annotate(r["variant"], (x, int(r["sim_peak_bytes"]) / MIB), textcoords="offset points",
                     xytext=(6, 4), fontsize=8)
-    ax.scatter([], [], marker="o", color="C0", label="ours, simulated peak")
-    ax.scatter([], [], marker="x", color="C3", label="ours, executor-measured peak")
+    ax.scatter([], [], marker=nnt["marker"], color=nnt["color"], edgecolors="k", linewidths=0.5,
+               label="ours (nntrainer policy), simulated peak")
+    ax.scatter([], [], marker="x", color="k", label="ours, executor-measured peak")
     paper = [(0.0, 181, "no swap"), (20.1, 71, "proactive"), (35.5, 51, "on-demand")]
     ax.scatter([p[0] for p in paper], [p[1] for p in paper], marker="s", facecolors="none",
-               edgecolors="C2", s=50, label="paper (incl. 11 MiB baseline)")
+               edgecolors="0.4", s=50, label="paper (incl. 11 MiB baseline)")
     r0 = rows[0]
-    for key, label, color in (("stage_bound_bytes", "bound, this stage graph", "C0"),
-                              ("eo_bound_bytes", "bound, EO model (fc 4096)", "C1"),
-                              ("eo_c2cd_paper_bytes", "bound, paper's c2:CD (32.14 MiB)", "C2")):
-        ax.axhline(int(r0[key]) / MIB, ls="--", lw=1, color=color, label=label)
+    for key, label, color, ls in (("stage_bound_bytes", "bound, this stage graph", "k", "--"),
+                                  ("eo_bound_bytes", "bound, EO model (fc 4096)", "0.35", "-."),
+                                  ("eo_c2cd_paper_bytes", "bound, paper's c2:CD (32.14 MiB)",
+                                   "0.55", ":")):
+        ax.axhline(int(r0[key]) / MIB, ls=ls, lw=1, color=color, label=label)
     ax.set_xlabel("modelled latency overhead vs no swap (%)")
     ax.set_ylabel("peak memory (MiB)")
     ax.set_title(f"vgg16, batch {r0['batch_size']}, 32x32x3: swap variants (pixel-4 profile)")

@@ -128,6 +128,8 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     eqn = [r for r in rows if r["stages"] == "eqn"]
     names = [r["model"] for r in eqn]
     x = np.arange(len(eqn))
@@ -135,34 +137,35 @@ def plot(rows: list[dict], path: str) -> None:
     f = lambda key: np.array([float(r[key]) for r in eqn])  # noqa: E731
     base = f("program_peak_kib")
     w = 0.27
-    ax1.bar(x - w, np.ones(len(x)), w, label="program (Jaxpr) order", color="#999999")
-    ax1.bar(x, f("olla_peak_kib") / base, w, label="OLLA order", color="#1f77b4")
+    ax1.bar(x - w, np.ones(len(x)), w, **ps.bar_kw("program_order", label="program (Jaxpr) order"))
+    ax1.bar(x, f("olla_peak_kib") / base, w, **ps.bar_kw("olla", label="OLLA order"))
     ax1.bar(x + w, f("order_lower_bound_kib") / base, w, label="proven lower bound",
-            color="#c6dbef")
+            color="white", edgecolor=ps.style("olla")["color"], hatch="...", linewidth=0.8)
     ax1.plot(x, f("xla_temp_kib") / base, "kD", label="XLA temp (own schedule, fused)")
     for i, r in enumerate(eqn):
         ax1.annotate(f"-{float(r['peak_reduction_pct']):.1f}%\n{r['order_status']}",
                      (x[i], float(r["olla_peak_kib"]) / base[i]), ha="center", va="bottom",
                      fontsize=7)
     ax1.set_xticks(x, [f"{n}\n{r['nodes']} nodes" for n, r in zip(names, eqn)], fontsize=8)
-    ax1.set_ylabel("peak / program-order peak")
+    ax1.set_ylabel("peak (x program-order peak)")
     ax1.set_title("Node reordering alone (equation-level training graphs, batch "
                   f"{eqn[0]['batch_size'] if eqn else '?'})")
     ax1.legend(fontsize=7, loc="upper left")
     bound = f("max_live_kib")
-    w = 0.2
-    for k, (key, lab, col) in enumerate([("first_fit_kib", "first fit", "#d62728"),
-                                         ("best_fit_kib", "best fit", "#ff7f0e"),
-                                         ("olla_arena_kib", "OLLA addresses", "#1f77b4"),
-                                         ("max_live_kib", "max-live bound", "#2ca02c")]):
-        ax2.bar(x + (k - 1.5) * w, f(key) / bound, w, label=lab, color=col)
+    w = 0.27
+    for k, (key, lab, series) in enumerate([("first_fit_kib", "first fit", "first_fit"),
+                                            ("best_fit_kib", "best fit", "best_fit"),
+                                            ("olla_arena_kib", "OLLA addresses", "olla")]):
+        ax2.bar(x + (k - 1) * w, f(key) / bound, w, **ps.bar_kw(series, label=lab))
+    ax2.axhline(1.0, color="k", ls="--", lw=1, label="max-live bound")
     ax2.set_ylim(0.98, max(1.02, float((f("first_fit_kib") / bound).max()) + 0.02))
     ax2.set_xticks(x, names, fontsize=8)
-    ax2.set_ylabel("arena / max-live bound")
+    ax2.set_ylabel("arena (x max-live bound)")
     ax2.set_title("Arena of OLLA's order: on-demand first fit, best fit, OLLA's address ILP")
     ax2.legend(fontsize=8, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None) -> None:

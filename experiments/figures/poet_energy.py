@@ -181,20 +181,24 @@ def plot(rows: list[dict], path: str = PNG) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     panels = sorted({(r["model"], r["device"]) for r in rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (model, dev) in zip(axes[0], panels):
         rs = [r for r in rows if r["model"] == model and r["device"] == dev]
-        for config, style in (("remat_only", "s--"), ("paging_only", "^--"), ("poet", "o-")):
+        # POET's colour; its two ablations open markers and broken lines (plotstyle)
+        for config in ("remat_only", "paging_only", "poet"):
             pts = sorted((r["budget_bytes"] / 2**20, r["energy_j"]) for r in rs
                          if r["config"] == config and r.get("energy_j") not in (None, ""))
             if pts:
-                ax.plot(*zip(*pts), style, label=config.replace("_", "-"))
-        for config, marker in (("checkpoint_all", "k*"), ("sqrtn", "rD")):
+                ax.plot(*zip(*pts), **ps.line_kw(config, label=config.replace("_", "-"), ms=6))
+        for config in ("checkpoint_all", "sqrtn"):
             pts = [(r["peak_bytes"] / 2**20, r["energy_j"]) for r in rs
                    if r["config"] == config and r.get("energy_j") not in (None, "")]
             if pts:
-                ax.plot(*zip(*pts), marker, ms=9, label=config)
+                ax.plot(*zip(*pts), **ps.line_kw(config, linestyle="none", ms=9, mec="k",
+                                                 mew=0.5))
         ax.set_title(f"{model} / {dev}")
         ax.set_xlabel("activation memory budget (MiB)")
         ax.set_ylabel("energy per iteration (J)")

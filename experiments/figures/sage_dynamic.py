@@ -95,21 +95,27 @@ def _plot(rows, png: pathlib.Path = PNG) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     st = [r["step"] for r in rows]
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-    ax.step(st, [r["budget_bytes"] / 2**20 for r in rows], where="mid", label="budget")
-    ax.plot(st, [r["measured_peak_bytes"] / 2**20 for r in rows], "o", label="measured peak")
+    sage = ps.style("sage")  # every step is a plan of the sage policy
+    ax.step(st, [r["budget_bytes"] / 2**20 for r in rows], where="mid", color="k", ls="--",
+            lw=1, label="budget")
+    ax.plot(st, [r["measured_peak_bytes"] / 2**20 for r in rows], linestyle="none",
+            marker=sage["marker"], color=sage["color"], mec="k", mew=0.5, ms=7,
+            label="sage, executor-measured peak")
     ax.set_yscale("log")
-    ax.set_ylabel("MiB")
+    ax.set_ylabel("memory (MiB, log)")
     ax.legend(fontsize=8)
     ax.set_title("Sage under a dynamic budget (Fig. 12 style)")
-    ax2.bar(st, [r["microbatches"] for r in rows], color="tab:green", alpha=0.6,
-            label="micro-batches")
+    ax2.bar(st, [r["microbatches"] for r in rows], color=sage["color"], alpha=0.6,
+            edgecolor="k", linewidth=0.4, label="micro-batches")
     for r in rows:
         ax2.annotate(r["method"], (r["step"], r["microbatches"]), fontsize=7, ha="center",
                      va="bottom")
-    ax2.set_ylabel("micro-batches k")
-    ax2.set_xlabel("training step")
+    ax2.set_ylabel("micro-batches k (#)")
+    ax2.set_xlabel("training step (#)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)

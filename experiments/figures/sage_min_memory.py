@@ -122,6 +122,8 @@ def _plot(rows, png: pathlib.Path = PNG) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps
+
     models = list(dict.fromkeys(r["model"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, ax = plt.subplots(figsize=(9, 3.8))
@@ -133,10 +135,12 @@ def _plot(rows, png: pathlib.Path = PNG) -> None:
             if r:
                 xs.append(i + j * w)
                 ys.append(r[0]["measured_peak_bytes"] / 2**20)
-        ax.bar(xs, ys, w, label=m)
+        # the baseline is checkpoint-all (no remat, full batch): drawn as that policy
+        ax.bar(xs, ys, w, **ps.bar_kw("checkpoint_all" if m == "baseline" else m,
+                                      label="baseline (checkpoint_all)" if m == "baseline" else m))
     ax.set_xticks([i + 0.4 - w / 2 for i in range(len(models))], models)
     ax.set_yscale("log")
-    ax.set_ylabel("executor-measured peak (MiB)")
+    ax.set_ylabel("executor-measured peak (MiB, log)")
     ax.set_title("Minimum training memory per method (Sage Fig. 8 style; batch 32)")
     ax.legend(fontsize=7, ncol=4)
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -103,6 +103,8 @@ def _plot(rows, models, png: pathlib.Path = PNG) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments import plotstyle as ps  # Sage's colour; its variants open / broken lines
+
     fig, axes = plt.subplots(len(models), len(DEVICES), figsize=(10, 3.4 * len(models)),
                              squeeze=False)
     for i, m in enumerate(models):
@@ -112,12 +114,12 @@ def _plot(rows, models, png: pathlib.Path = PNG) -> None:
                 rs = [r for r in rows if r["model"] == m and r["device"] == d
                       and r["order"] == var]
                 ax.plot([r["budget_frac"] for r in rs], [r["throughput"] for r in rs],
-                        marker="o", ms=3, label=var)
+                        **ps.line_kw(var, ms=4))
             mtp = rows[[r["model"] == m and r["device"] == d for r in rows].index(True)]["mtp"]
             ax.set_xscale("log")
             ax.set_title(f"{m} on {d} (MTP = micro-batch {mtp})", fontsize=9)
-            ax.set_xlabel("budget / no-remat peak")
-            ax.set_ylabel("modelled samples/s")
+            ax.set_xlabel("memory budget (x no-remat peak)")
+            ax.set_ylabel("modelled throughput (samples/s)")
             ax.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
