@@ -58,6 +58,8 @@ class Checkmate(BasePolicy):
         steps re-solved by the MILP) instead of one MILP over every step; falls back to the
         MILP when no frontier-form warm start fits.
       lns_window: initial LNS window (steps).
+      lns_neighbourhoods: ``("steps", "nodes")``: which LNS windows to use (windows of steps,
+        windows of nodes across every step; see :mod:`solvers.checkmate.lns`).
       lns_lp_start: with ``lns``, also run LP relaxation + rounding (a third of the time left)
         and start from its schedule when it is the cheapest candidate; its LP bound is the
         bound returned.  ResNet50 (published graph, m = 0.8): LP rounding 1.0056x, then LNS
@@ -83,6 +85,7 @@ class Checkmate(BasePolicy):
     lns: bool = False
     lns_window: int = 16
     lns_lp_start: bool = True
+    lns_neighbourhoods: tuple[str, ...] = ("steps", "nodes")
 
     shortcut = True
 
@@ -130,7 +133,8 @@ class Checkmate(BasePolicy):
             if self.lns and isinstance(warm, tuple):
                 sol = solve_checkmate_lns(problem, warm, time_limit=left, window=self.lns_window,
                                           mip_gap=self.mip_gap, threads=self.threads,
-                                          lp_bound=known_lb is None, lower_bound=known_lb)
+                                          lp_bound=known_lb is None, lower_bound=known_lb,
+                                          neighbourhoods=tuple(self.lns_neighbourhoods))
             else:
                 sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                       threads=self.threads, backend=self.solver,
