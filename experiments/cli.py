@@ -310,26 +310,20 @@ def _plot_compare(rows, graph, path, *, unit: str = "s", device=None) -> None:
         ps.cost_bars(axes[2], names, [r["energy_j"] - p for r, p in zip(ok, pe)], pe, unit="J",
                      what="modelled step energy", paged_bytes=paged)
         axes[2].set_title(f"energy{dev}", fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path)
 
 
 def _plot_timelines(reports, rows, graph, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     from experiments import plotstyle as ps
 
     budget = next((r.get("budget_bytes") for r in rows if r.get("budget_bytes") not in (None, "")), None)
     fig = ps.plot_timelines(reports, budget_bytes=None if budget is None else float(budget),
                             title=f"{graph.name}: live activation memory per plan")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path, tight=False)
 
 
 def cmd_sweep(args) -> int:

@@ -385,3 +385,17 @@ def annotate_identical(ax, names: Sequence[str], xs: Sequence[float], ys: Sequen
                     (xs[i0], ys[i0]), xytext=xytext, textcoords="offset points",
                     **{"fontsize": 6, "ha": "right", "color": "0.3", **text_kw})
     return same
+
+
+def save_figure(fig, path, *, dpi: int = 120, tight: bool = True) -> None:
+    """Write ``fig`` to ``path`` (parent folders created) and close it; ``tight`` runs
+    ``fig.tight_layout()`` first.  The one way every figure script and the CLI save a PNG."""
+    import os
+
+    import matplotlib.pyplot as plt
+
+    if tight:
+        fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -121,10 +121,7 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
         ax.set_xlabel("change at (% of the old plan's events)", fontsize=8)
     axes[0][0].set_ylabel("adaptation time (% of stop-restart time)")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path)
 
 
 def main(argv=None) -> None:

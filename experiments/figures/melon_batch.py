@@ -144,10 +144,7 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
         ax.set_ylabel("batch size (samples; largest that fits marked)")
         ax.invert_xaxis()
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path)
 
 
 def main(argv=None) -> None:

@@ -98,10 +98,7 @@ def plot(data: list[dict], path: pathlib.Path) -> None:
             ax.set_ylabel("fragmentation: pool / max-live bound - 1 (%)", fontsize=8)
             ax.axhline(0, color="k", lw=0.8)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path)
 
 
 def main(argv=None) -> None:

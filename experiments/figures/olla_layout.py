@@ -163,9 +163,7 @@ def plot(rows: list[dict], path: str) -> None:
     ax2.set_ylabel("arena (x max-live bound)")
     ax2.set_title("Arena of OLLA's order: on-demand first fit, best fit, OLLA's address ILP")
     ax2.legend(fontsize=8, ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ps.save_figure(fig, path)
 
 
 def main(argv=None) -> None:
