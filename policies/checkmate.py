@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import RematError
+from remat.errors import RematError, SolverTimeoutError
 from remat.graph import Graph
 from remat.plan import Plan
 from solvers.checkmate import (
@@ -201,7 +201,10 @@ class Checkmate(BasePolicy):
             p2 = checkpoint_all_plan(g2).with_meta(method="checkpoint_all", status="optimal",
                                                    objective=cost, lower_bound=cost, gap=0.0)
         else:
-            p2 = inner.solve(g2, b, ctx)
+            try:
+                p2 = inner.solve(g2, b, ctx)
+            except SolverTimeoutError as e:  # no incumbent: the general pebbling plan, if any
+                p2 = _pebbling_fallback(g2, b, e)
         return plan_in_program_order(graph, p2, osol.order, **meta)
 
     def _warm_start(self, graph: Graph, problem: CheckmateProblem):
@@ -250,6 +253,25 @@ class Checkmate(BasePolicy):
         cost = float(problem.costs @ R.sum(0))
         cands.append((cost, R, S, name))
         return cost
+
+
+def _pebbling_fallback(graph: Graph, budget: int, err: SolverTimeoutError) -> Plan:
+    """The pebbling heuristic's plan (any schedule, not only frontier form) when the MILP found
+    no incumbent in time: returned with ``status="time_limit"`` and the solver's bound; ``err``
+    is re-raised when pebbling finds nothing either."""
+    import policies
+
+    try:
+        p = policies.get("pebbling").plan(graph, budget=budget)
+    except RematError:
+        raise err from None
+    cost = float(p.compute_counts() @ graph.costs)
+    bound = getattr(err, "bound", None)
+    lb = float(graph.costs.sum()) if bound is None or not np.isfinite(bound) else float(bound)
+    return p.with_meta(status="time_limit", objective=cost, lower_bound=min(lb, cost),
+                       gap=max(0.0, (cost - lb) / cost) if cost > 0 else 0.0,
+                       best_of="pebbling", note=f"no MILP incumbent in time ({err}); the "
+                       "pebbling heuristic's plan is returned")
 
 
 def _dag_heuristic_plans(graph: Graph, budget: int):
