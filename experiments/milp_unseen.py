@@ -8,6 +8,7 @@ per (seed, budget, warm start): wall time of ``plan()``, status, cost over the n
 gap, proven bound, which candidate was returned, and the warm start's own cost.
 
     python experiments/milp_unseen.py [--seeds 0 1 2 3 4] [--time-limit 60] [--cold]
+    python experiments/milp_unseen.py --solver cpsat       # OR-Tools CP-SAT back end
 
 Writes ``experiments/results/milp_unseen.csv`` (rows of a finished (seed, budget, warm) are kept
 and skipped on a rerun).
@@ -24,7 +25,7 @@ import numpy as np
 
 OUT = pathlib.Path(__file__).resolve().parent / "results" / "milp_unseen.csv"
 FIELDS = ["seed", "budget", "warm_start", "stages", "nodes", "time_limit_s", "wall_s", "status",
-          "overhead", "gap", "lower_bound_overhead", "best_of", "warm_source", "warm_overhead"]
+          "overhead", "gap", "lower_bound_overhead", "best_of", "warm_source", "warm_overhead", "solver"]
 
 
 def random_width_mlp(seed: int, layers: int = 100, batch: int = 64, features: int = 32):
@@ -63,12 +64,18 @@ def main(argv=None) -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--cold", action="store_true", help="also run with warm_start=False")
     ap.add_argument("--stages", type=int, default=1000)
+    ap.add_argument("--solver", default="highs", choices=["highs", "cpsat"])
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
     done = set()
     if a.out.exists():
         with a.out.open() as f:
-            done = {(r["seed"], r["budget"], r["warm_start"]) for r in csv.DictReader(f)}
+            old = [{**r, "solver": r.get("solver") or "highs"} for r in csv.DictReader(f)]
+        done = {(r["seed"], r["budget"], r["warm_start"], r["solver"]) for r in old}
+        with a.out.open("w", newline="") as f:  # older files had no solver column
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(old)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     new = not a.out.exists()
     with a.out.open("a", newline="") as f:
@@ -81,12 +88,12 @@ def main(argv=None) -> None:
             base = float(g.costs.sum())
             for budget in a.budgets:
                 for warm in ([True, False] if a.cold else [True]):
-                    key = (str(seed), budget, str(warm))
+                    key = (str(seed), budget, str(warm), a.solver)
                     if key in done:
                         continue
                     t = time.perf_counter()
                     plan = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
-                                        warm_start=warm).plan(g)
+                                        warm_start=warm, solver=a.solver).plan(g)
                     m = plan.meta
                     tried = m.get("tried", {})
                     src = m.get("warm_start")
@@ -98,7 +105,8 @@ def main(argv=None) -> None:
                                lower_bound_overhead=round(float(m["lower_bound"]) / base, 5),
                                best_of=m.get("best_of"), warm_source=src,
                                warm_overhead=(round(tried[src] / base, 5)
-                                              if tried.get(src) is not None else ""))
+                                              if tried.get(src) is not None else ""),
+                               solver=a.solver)
                     w.writerow(row)
                     f.flush()
                     print(row, flush=True)

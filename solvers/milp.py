@@ -1,4 +1,7 @@
-"""A small sparse MILP model shared by every MILP in the project, with HiGHS and cvxpy back ends.
+"""A small sparse MILP model shared by every MILP in the project, with HiGHS, cvxpy and CP-SAT back ends.
+
+Length: the model and its two matrix back ends (HiGHS, cvxpy) in one place; CP-SAT lives in
+:mod:`solvers.cpsat`.
 
 The model is built from named variable blocks and vectorised sparse row blocks::
 
@@ -290,8 +293,10 @@ class MilpModel:
         """Solve the model.
 
         Args:
-          backend: ``"highs"`` (highspy, direct; gives bound, gap and node count) or ``"cvxpy"``
-            (cvxpy's matrix form with its HiGHS solver; no bound or gap comes back).
+          backend: ``"highs"`` (highspy, direct; gives bound, gap and node count), ``"cvxpy"``
+            (cvxpy's matrix form with its HiGHS solver; no bound or gap comes back) or
+            ``"cpsat"`` (OR-Tools CP-SAT, integer data only: :mod:`solvers.cpsat`; ``threads``
+            is its worker count, ``options`` go to :func:`~solvers.cpsat.solve_cpsat`).
           time_limit: wall-clock limit in seconds (always applied; ``None``/inf means 1e7 s).
           mip_gap: relative MIP gap at which to stop.
           threads: solver threads (HiGHS ``threads``; ``None`` leaves the default).
@@ -314,7 +319,17 @@ class MilpModel:
                                      presolve, options or {})
         if backend == "cvxpy":
             return self._solve_cvxpy(time_limit, mip_gap, relax, log, options or {})
-        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cvxpy'")
+        if backend == "cpsat" and not relax:
+            from solvers.cpsat import solve_cpsat
+
+            w = warm_start
+            if isinstance(w, tuple):
+                w = np.full(self._nv, np.nan)
+                w[np.asarray(warm_start[0], np.int64)] = np.asarray(warm_start[1], np.float64)
+            return solve_cpsat(self, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
+                               warm_start=w, log=log, **(options or {}))
+        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs', 'cvxpy' or 'cpsat' "
+                          "(integer programs only)")
 
     def _solve_highs(self, time_limit, mip_gap, threads, warm_start, relax, log, presolve,
                      options) -> MilpSolution:

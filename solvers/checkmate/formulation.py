@@ -79,6 +79,7 @@ class Formulation:
     useful: bool = False
     frontier_rows: bool = True
     memory_chain: bool = True
+    integer_memory: bool = False  # memory in units of the sizes' gcd, uncapped (CP-SAT)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -185,13 +186,15 @@ class CoreExtension:
         """Add the extension's rows, terms on core rows and objective terms."""
 
 
-def _units(problem: CheckmateProblem, budget: int | None) -> tuple[float, float]:
-    """``(mem_unit, cost_unit)``: bytes per memory unit and cost per objective unit."""
+def _units(problem: CheckmateProblem, budget: int | None, integer: bool = False
+           ) -> tuple[float, float]:
+    """``(mem_unit, cost_unit)``: bytes per memory unit and cost per objective unit
+    (``integer``: the sizes' gcd even when the numbers get large, for integer solvers)."""
     pos = problem.sizes[problem.sizes > 0]
     g = int(np.gcd.reduce(pos)) if len(pos) else 1
     mem_unit = float(g)
     top = max(float(budget or 0), float(problem.sizes.sum()))
-    if top / mem_unit > 1e7:  # keep coefficients sane (HiGHS tolerances are absolute)
+    if top / mem_unit > 1e7 and not integer:  # keep coefficients sane (HiGHS tolerances are absolute)
         mem_unit = top / 1e6
     c = problem.costs[problem.costs > 0]
     cost_unit = 1.0
@@ -244,7 +247,7 @@ def add_checkmate_core(
       :class:`CheckmateVars` with the column indices and the core's :class:`CoreRows`.
     """
     budget = problem.budget if budget is None else budget
-    mem_unit, cost_unit = _units(problem, budget)
+    mem_unit, cost_unit = _units(problem, budget, formulation.integer_memory)
     ctx = CoreContext(model, problem, formulation, problem.sizes / mem_unit,
                       _budget_units(problem, budget, mem_unit, minimize_peak), minimize_peak)
     ctx.vars = _add_columns(ctx, mem_unit, cost_unit)

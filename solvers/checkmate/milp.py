@@ -126,6 +126,9 @@ def solve_checkmate(
         a 60 s time-out (gap 1.2%), so it stays on.
       time_limit: seconds for everything (LP bound, model build, MILP).
       mip_gap: relative gap at which the solve stops (HiGHS ``mip_rel_gap``).
+      backend: ``"highs"``, ``"cvxpy"`` or ``"cpsat"`` (OR-Tools CP-SAT, :mod:`solvers.cpsat`;
+        ``threads`` is its worker count, default 4).  Zoo MLP (36 nodes) at 50 %: HiGHS proves
+        1.340x in 40-60 s, CP-SAT in 12 s (``experiments/results/cpsat_benchmark.csv``).
 
     Returns:
       :class:`CheckmateSolution` (status ``optimal``, ``time_limit``, or ``feasible`` when a
@@ -143,7 +146,9 @@ def solve_checkmate(
     check_frontier_bound(problem, time_limit)
     warm, warm_name = _initial_schedule(problem, warm_start)
     lp = _LpBound()
-    if lp_first and backend == "highs":
+    if backend == "cpsat":  # integer data: memory in units of the sizes' gcd
+        formulation = dataclasses.replace(formulation, integer_memory=True)
+    if lp_first and backend in ("highs", "cpsat"):
         lp = _lp_bound(problem, formulation, 0.25 * time_limit, threads)
     meta = {"backend": backend, "warm_start": warm_name}
     if warm is not None:
