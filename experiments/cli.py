@@ -148,15 +148,32 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _make_policy_for(name: str, time_limit: float, device=None):
+# ``remat compare`` plans Checkmate with OR-Tools CP-SAT up to this many nodes when the
+# ``cpsat`` extra is installed: on the zoo models at the CLI's 20 s it proves what HiGHS leaves
+# at ``time_limit`` (experiments/results/cpsat_benchmark.csv)
+CPSAT_MAX_NODES = 100
+# MILP policies in ``remat compare`` stop within this relative gap of their proven bound (the
+# table prints each gap; ``--mip-gap 1e-4`` for the solvers' own default)
+COMPARE_MIP_GAP = 0.01
+
+
+def _make_policy_for(name: str, time_limit: float, device=None, *, graph=None,
+                     mip_gap: float | None = None):
     """``_make_policy`` plus ``device=`` for the policies that take one (POET, Sage, NNTrainer),
-    so their plans are costed on the device the comparison simulates."""
+    so their plans are costed on the device the comparison simulates; ``mip_gap`` for those
+    that take one; Checkmate on CP-SAT for graphs up to :data:`CPSAT_MAX_NODES` nodes."""
     import policies
+    from solvers import cpsat
 
     opts = policies.option_names(name)
-    kw = {"time_limit": time_limit} if "time_limit" in opts else {}
+    kw: dict = {"time_limit": time_limit} if "time_limit" in opts else {}
     if device is not None and "device" in opts:
         kw["device"] = device
+    if mip_gap is not None and "mip_gap" in opts:
+        kw["mip_gap"] = float(mip_gap)
+    if (name == "checkmate" and graph is not None and graph.n <= CPSAT_MAX_NODES
+            and "solver" in opts and cpsat.available()):
+        kw["solver"] = "cpsat"
     return policies.get(name, **kw)
 
 
@@ -174,7 +191,8 @@ class _Recorder:
 
 
 def compare(graph, budget, *, names: Sequence[str] | None = None, time_limit: float = 30.0,
-            device=None, reports: dict | None = None) -> list[dict]:
+            device=None, reports: dict | None = None,
+            mip_gap: float | None = COMPARE_MIP_GAP) -> list[dict]:
     """Plan ``graph`` with every registered policy at ``budget``; one result row each.
 
     Args:
@@ -186,6 +204,7 @@ def compare(graph, budget, *, names: Sequence[str] | None = None, time_limit: fl
         costs, also given to policies that take a ``device``; ``None``: the graph's own costs and
         paging in bytes only.
       reports: when a dict, filled with ``policy name -> remat.Report`` of each plan made.
+      mip_gap: relative gap at which MILP policies stop (``None``: each policy's default).
 
     Returns:
       ``experiments.harness.evaluate`` rows plus ``paging_time_s``, ``paging_energy_j`` (J) and
@@ -198,7 +217,8 @@ def compare(graph, budget, *, names: Sequence[str] | None = None, time_limit: fl
     rows = []
     for name in names or policies.available():
         try:
-            pol = _Recorder(_make_policy_for(name, time_limit, device))
+            pol = _Recorder(_make_policy_for(name, time_limit, device, graph=graph,
+                                             mip_gap=mip_gap))
         except Exception as exc:  # a policy that cannot be built is reported, not hidden
             rows.append({"policy": name, "status": "error", "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -235,12 +255,12 @@ def cmd_compare(args) -> int:
     device = _compare_device(args, g)
     reports: dict = {}
     rows = compare(g, args.budget, names=args.policies, time_limit=args.time_limit,
-                   device=device, reports=reports)
+                   device=device, reports=reports, mip_gap=args.mip_gap)
     unit = "s" if device is not None else g.meta.get("cost_unit", "s")
     dev = f", costs modelled on {device.name}" if device is not None else ""
     print(f"\nbudget {args.budget} = {_fmt_bytes(rows[0].get('budget_bytes')) if rows else ''}{dev}")
-    print(f"{'policy':22} {'status':12} {'peak':>12} {'overhead':>9} {'time_' + unit:>10} "
-          f"{'energy_J':>10} {'paged':>11} {'solve_s':>8}  note")
+    print(f"{'policy':22} {'status':12} {'gap':>6} {'peak':>12} {'overhead':>9} "
+          f"{'time_' + unit:>10} {'energy_J':>10} {'paged':>11} {'solve_s':>8}  note")
     for r in rows:
         note = (r.get("error") or "")[:60]
         if r.get("status") == "infeasible":
@@ -252,8 +272,11 @@ def cmd_compare(args) -> int:
             t += r.get("paging_time_s", 0.0)
         e = r.get("energy_j")
         paged = r.get("bytes_paged")
+        gap = r.get("gap")
+        gap = f"{gap:.2%}" if isinstance(gap, float) and gap > 0 else ""
         print(
-            f"{r['policy']:22} {r.get('status', ''):12} {_fmt_bytes(r.get('peak_bytes')):>12} "
+            f"{r['policy']:22} {r.get('status', ''):12} {gap:>6} "
+            f"{_fmt_bytes(r.get('peak_bytes')):>12} "
             f"{(f'{ov:.3f}x' if isinstance(ov, float) else ''):>9} "
             f"{(f'{t:.3g}' if isinstance(t, float) else ''):>10} "
             f"{(f'{e:.3g}' if isinstance(e, float) and device is not None else ''):>10} "
@@ -407,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "the one the graph was extracted with)")
     sp.add_argument("--timeline", action="store_true",
                     help="also draw each plan's memory timeline to <plot>_timeline.png")
+    sp.add_argument("--mip-gap", type=float, default=COMPARE_MIP_GAP,
+                    help="MILP policies stop within this relative gap of their proven bound "
+                         f"(default {COMPARE_MIP_GAP:g}; the table prints each gap)")
     sp.set_defaults(fn=cmd_compare)
     sp = sub.add_parser("sweep", help="(model x policy x budget) sweep to a resumable CSV")
     common(sp, model=False)

@@ -76,7 +76,8 @@ class Poet(BasePolicy):
       count_paging_time: add page-in/out time to the deadline row (POET's eq. 3 does not: it
         assumes DMA hides paging).
       eps: tie-breaking cost per recompute and page move (relative, A.13.11).
-      threads: HiGHS threads.
+      threads: HiGHS threads (CP-SAT workers with ``solver="cpsat"``).
+      solver: ``"highs"`` or ``"cpsat"`` (OR-Tools, the ``cpsat`` extra; no ``deadline``).
       cost_model: ``None`` (the device's default, what ``remat.simulate(..., device=)`` uses),
         ``"roofline"`` or ``"poet"`` (POET's FLOP-per-joule energy).
     """
@@ -93,6 +94,7 @@ class Poet(BasePolicy):
     eps: float = 1e-5
     threads: int | None = None
     cost_model: str | None = None
+    solver: str = "highs"
 
     objective_unit = "J"
 
@@ -184,7 +186,7 @@ class Poet(BasePolicy):
             warm = self._warm(prob) if self.warm_start else None
         try:
             sol = solve_poet(prob, time_limit=time_limit, mip_gap=self.mip_gap,
-                             threads=self.threads, warm_start=warm)
+                             threads=self.threads, warm_start=warm, backend=self.solver)
         except SolverTimeoutError as e:
             raise SolverTimeoutError(f"POET: {e}", bound=None if e.bound is None else
                                      e.bound * base_e) from None

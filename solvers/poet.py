@@ -405,7 +405,9 @@ def solve_poet(
       warm_start: a frontier schedule ``(R, S)`` or ``(R, S, M_in, M_out)`` that fits the
         budget and deadline (e.g. the better ablation's solution), or ``None``.  A vector that
         violates a row is dropped (``meta`` of the caller can compare energies).
-      time_limit, mip_gap, threads, backend: passed to :meth:`MilpModel.solve`.
+      time_limit, mip_gap, threads, backend: passed to :meth:`MilpModel.solve`; ``"cpsat"``
+        counts memory in units of the sizes' gcd (integer data) and refuses a deadline row
+        (fractional times) with :class:`~remat.errors.SolverError`.
 
     Returns:
       :class:`PoetSolution`; status ``infeasible`` (no schedule, arrays empty) is returned, not
@@ -418,7 +420,8 @@ def solve_poet(
     import time
 
     t0 = time.perf_counter()
-    model, v, cm = build_poet(problem)
+    model, v, cm = build_poet(problem, Formulation(integer_memory=True) if backend == "cpsat"
+                              else None)
     x0 = None
     if warm_start is not None:
         w = list(warm_start)
