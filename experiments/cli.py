@@ -148,9 +148,9 @@ def cmd_plan(args) -> int:
     return 0
 
 
-# ``remat compare`` plans Checkmate with OR-Tools CP-SAT up to this many nodes when the
-# ``cpsat`` extra is installed: on the zoo models at the CLI's 20 s it proves what HiGHS leaves
-# at ``time_limit`` (experiments/results/cpsat_benchmark.csv)
+# ``remat compare`` plans Checkmate with HiGHS and OR-Tools CP-SAT racing (first proof wins,
+# solvers/portfolio.py) up to this many nodes when the ``cpsat`` extra is installed: neither
+# solver proves every zoo model at the CLI's 20 s (experiments/results/cpsat_benchmark.csv)
 CPSAT_MAX_NODES = 100
 # MILP policies in ``remat compare`` stop within this relative gap of their proven bound (the
 # table prints each gap; ``--mip-gap 1e-4`` for the solvers' own default)
@@ -161,7 +161,7 @@ def _make_policy_for(name: str, time_limit: float, device=None, *, graph=None,
                      mip_gap: float | None = None):
     """``_make_policy`` plus ``device=`` for the policies that take one (POET, Sage, NNTrainer),
     so their plans are costed on the device the comparison simulates; ``mip_gap`` for those
-    that take one; Checkmate on CP-SAT for graphs up to :data:`CPSAT_MAX_NODES` nodes."""
+    that take one; Checkmate's HiGHS/CP-SAT race up to :data:`CPSAT_MAX_NODES` nodes."""
     import policies
     from solvers import cpsat
 
@@ -173,7 +173,7 @@ def _make_policy_for(name: str, time_limit: float, device=None, *, graph=None,
         kw["mip_gap"] = float(mip_gap)
     if (name == "checkmate" and graph is not None and graph.n <= CPSAT_MAX_NODES
             and "solver" in opts and cpsat.available()):
-        kw["solver"] = "cpsat"
+        kw["solver"] = "race"
     return policies.get(name, **kw)
 
 

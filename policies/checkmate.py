@@ -51,8 +51,10 @@ class Checkmate(BasePolicy):
       mip_gap: relative optimality gap at which the MILP stops.
       threads: HiGHS threads (``None``: HiGHS default).
       relax: ``None`` for the exact MILP, ``"lp"`` for LP relaxation + rounding.
-      solver: ``"highs"`` (highspy, direct), ``"cvxpy"`` (cvxpy's HiGHS; exact MILP only) or
-        ``"cpsat"`` (OR-Tools CP-SAT, the ``cpsat`` extra; exact MILP only, ``threads`` workers).
+      solver: ``"highs"`` (highspy, direct), ``"cvxpy"`` (cvxpy's HiGHS; exact MILP only),
+        ``"cpsat"`` (OR-Tools CP-SAT, the ``cpsat`` extra; exact MILP only, ``threads``
+        workers) or ``"race"`` (HiGHS and CP-SAT at once, first proof wins:
+        :mod:`solvers.portfolio`; what ``remat compare`` uses up to 100 nodes).
       warm_start: start the MILP from the best available heuristic schedule.
       lns: anytime mode for large graphs: improve the best warm start by large-neighbourhood
         search (:func:`solvers.checkmate.lns.solve_checkmate_lns`, windows of ``lns_window``

@@ -52,7 +52,7 @@ def _integral(a: np.ndarray, tol: float = 1e-9) -> bool:
 def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
                 workers: int | None = None, warm_start: np.ndarray | None = None,
                 objective_bits: int = 30, linearization_level: int = 2,
-                log: bool = False) -> MilpSolution:
+                log: bool = False, on_start=None) -> MilpSolution:
     """Solve ``model`` with CP-SAT (see the module docstring for the integer-data contract).
 
     Args:
@@ -64,6 +64,8 @@ def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
       objective_bits: resolution of the scaled objective (``max|c| / 2**bits``).
       linearization_level: CP-SAT's LP relaxation strength (2: cuts at every node).
       log: print CP-SAT's search log.
+      on_start: called with the ``CpSolver`` before the search (a racing caller may stop it
+        with ``stop_search()``).
 
     Returns:
       :class:`~solvers.milp.MilpSolution` with ``backend="cpsat"``; ``node_count`` is CP-SAT's
@@ -127,6 +129,8 @@ def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
     p.log_search_progress = bool(log)
     build = time.perf_counter() - t0
     t1 = time.perf_counter()
+    if on_start is not None:
+        on_start(solver)
     st = solver.solve(m)
     solve_s = time.perf_counter() - t1
     name = solver.status_name(st)

@@ -296,7 +296,8 @@ class MilpModel:
           backend: ``"highs"`` (highspy, direct; gives bound, gap and node count), ``"cvxpy"``
             (cvxpy's matrix form with its HiGHS solver; no bound or gap comes back) or
             ``"cpsat"`` (OR-Tools CP-SAT, integer data only: :mod:`solvers.cpsat`; ``threads``
-            is its worker count, ``options`` go to :func:`~solvers.cpsat.solve_cpsat`).
+            is its worker count, ``options`` go to :func:`~solvers.cpsat.solve_cpsat`) or
+            ``"race"`` (both at once, first proof wins: :mod:`solvers.portfolio`).
           time_limit: wall-clock limit in seconds (always applied; ``None``/inf means 1e7 s).
           mip_gap: relative MIP gap at which to stop.
           threads: solver threads (HiGHS ``threads``; ``None`` leaves the default).
@@ -328,11 +329,20 @@ class MilpModel:
                 w[np.asarray(warm_start[0], np.int64)] = np.asarray(warm_start[1], np.float64)
             return solve_cpsat(self, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
                                warm_start=w, log=log, **(options or {}))
-        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs', 'cvxpy' or 'cpsat' "
-                          "(integer programs only)")
+        if backend == "race" and not relax:
+            from solvers.portfolio import solve_race
+
+            w = warm_start
+            if isinstance(w, tuple):
+                w = np.full(self._nv, np.nan)
+                w[np.asarray(warm_start[0], np.int64)] = np.asarray(warm_start[1], np.float64)
+            return solve_race(self, time_limit=time_limit, mip_gap=mip_gap, warm_start=w,
+                              log=log, **(options or {}))
+        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs', 'cvxpy', 'cpsat' "
+                          "or 'race' (the last two: integer programs only)")
 
     def _solve_highs(self, time_limit, mip_gap, threads, warm_start, relax, log, presolve,
-                     options) -> MilpSolution:
+                     options, on_start=None) -> MilpSolution:
         import highspy
 
         t0 = time.perf_counter()
@@ -399,7 +409,14 @@ class MilpModel:
                 h.setSolution(len(idx), idx, vals)
         build = time.perf_counter() - t0
         t1 = time.perf_counter()
-        h.run()
+        if on_start is not None:  # a racing caller may stop the search: h.cancelSolve()
+            h.HandleUserInterrupt = True
+            on_start(h)
+        try:
+            h.run()
+        finally:
+            if on_start is not None:  # highspy keeps interrupt callbacks beyond this object
+                h.HandleUserInterrupt = False
         solve_s = time.perf_counter() - t1
         ms = h.getModelStatus()
         info = h.getInfo()

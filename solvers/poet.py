@@ -420,7 +420,7 @@ def solve_poet(
     import time
 
     t0 = time.perf_counter()
-    model, v, cm = build_poet(problem, Formulation(integer_memory=True) if backend == "cpsat"
+    model, v, cm = build_poet(problem, Formulation(integer_memory=True) if backend in ("cpsat", "race")
                               else None)
     x0 = None
     if warm_start is not None:

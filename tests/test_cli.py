@@ -132,18 +132,18 @@ def test_cli_inspect_timeline_unknown_policy_is_a_one_line_error(tmp_path, capsy
 
 
 def test_compare_plans_small_graphs_with_cpsat_and_passes_the_gap():
-    """Checkmate goes to CP-SAT up to CPSAT_MAX_NODES nodes (when OR-Tools is installed) and
-    stays on HiGHS above; every MILP policy gets the comparison's gap; others are untouched."""
+    """Checkmate races HiGHS and CP-SAT up to CPSAT_MAX_NODES nodes (when OR-Tools is
+    installed) and stays on HiGHS above; every MILP policy gets the comparison's gap; others are untouched."""
     pytest.importorskip("ortools")
     small = remat.chain_graph(6, sizes=100)
     big = remat.chain_graph(cli.CPSAT_MAX_NODES // 2 + 1)
     assert small.n <= cli.CPSAT_MAX_NODES < big.n
     cm = cli._make_policy_for("checkmate", 7.0, graph=small, mip_gap=0.02)
-    assert (cm.solver, cm.time_limit, cm.mip_gap) == ("cpsat", 7.0, 0.02)
+    assert (cm.solver, cm.time_limit, cm.mip_gap) == ("race", 7.0, 0.02)
     assert cli._make_policy_for("checkmate", 7.0, graph=big).solver == "highs"
     assert cli._make_policy_for("poet", 7.0, graph=small, mip_gap=0.02).mip_gap == 0.02
     assert cli._make_policy_for("poet", 7.0, graph=small).solver == "highs"
     assert not hasattr(cli._make_policy_for("sqrtn", 7.0, graph=small, mip_gap=0.02), "mip_gap")
-    # the gap is a real stopping rule: CP-SAT's answer on the small chain is within it
+    # the gap is a real stopping rule: the race's answer on the small chain is within it
     p = cm.plan(small, budget=int(0.7 * small.no_remat_peak()))
-    assert p.meta["backend"] == "cpsat" and p.meta["gap"] <= 0.02
+    assert p.meta["backend"] == "race" and p.meta["gap"] <= 0.02

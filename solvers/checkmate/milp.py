@@ -146,9 +146,9 @@ def solve_checkmate(
     check_frontier_bound(problem, time_limit)
     warm, warm_name = _initial_schedule(problem, warm_start)
     lp = _LpBound()
-    if backend == "cpsat":  # integer data: memory in units of the sizes' gcd
+    if backend in ("cpsat", "race"):  # integer data: memory in units of the sizes' gcd
         formulation = dataclasses.replace(formulation, integer_memory=True)
-    if lp_first and backend in ("highs", "cpsat"):
+    if lp_first and backend in ("highs", "cpsat", "race"):
         lp = _lp_bound(problem, formulation, 0.25 * time_limit, threads)
     meta = {"backend": backend, "warm_start": warm_name}
     if warm is not None:
