@@ -7,11 +7,13 @@ and takes the first cheapest in the exact recursion's order: run, hold, split by
 filled DP with the solution so that a caller whose replayed peak exceeds the budget (sizes
 rounded to the nearest level) can emit the plan of a lower level from the same table
 (:func:`emit_at`) instead of solving again.  Memory: ``4·(Lv + 1)·2·R`` bytes for ``R ≈ K·M/2``
-live states (``K = M = 1000``, 256 levels: 1.0 GiB) plus ``2·K²`` bytes for ``Q``.
+live states (``K = M = 1000``, 256 levels: 1.0 GiB) plus ``2·K²`` bytes for ``Q`` and the
+pruning bounds (``float64``, one per 64 states and level: 33 MB at that size).
 """
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import numpy as np
@@ -26,9 +28,22 @@ from solvers.chain_dp import (
     _units,
 )
 from solvers.chain_dp_fast import _ScheduleEmitter
-from solvers.chain_dp_kernel import fill_cost, fill_mem
+from solvers.chain_dp_kernel import BLK, fill_cost, fill_mem
 
 INF = np.inf
+
+
+def _empty_f32(shape: tuple[int, ...]) -> np.ndarray:
+    """Uninitialised ``float32`` array, its pages mapped up front (``MAP_POPULATE``) where the
+    platform has it: the 1 GiB table of a 1000-layer chain then costs 0.4 s to map and fill in
+    a process that imported jax, against 2.2 s for ``np.empty`` (page faults one by one) and
+    2.4 s for ``np.full``."""
+    n = int(np.prod(shape)) * 4
+    flags = getattr(mmap, "MAP_POPULATE", None)
+    if n < 2**24 or flags is None:
+        return np.empty(shape, dtype=np.float32)
+    buf = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
+    return np.frombuffer(buf, dtype=np.float32).reshape(shape)  # (keeps buf alive)
 
 
 class _CompiledDP(_ScheduleEmitter):
@@ -88,18 +103,43 @@ class _CompiledDP(_ScheduleEmitter):
         fill_mem(K, M, s, g, s_ext, g_ext, *rest, T, Q)
         self.T, self.mode = T, "mem"
 
-    def fill_cost(self, Lv: int) -> None:
+    def cost_inputs(self, Lv: int) -> tuple:
+        """Arguments of :func:`solvers.chain_dp_kernel.fill_cost` for ``Lv`` levels (all but
+        ``stats``), with fresh tables: ``T`` (``float32[Lv + 1, 2, n_rows]``, index 20), ``Q``
+        (21), then the pruning tables ``boff, TB, QB0, QB, P, eps``."""
         t = self.tb
-        T = np.full((Lv + 1, 2, self.n_rows), np.float32(INF), dtype=np.float32)
+        T = _empty_f32((Lv + 1, 2, self.n_rows))
+        T[...] = np.float32(INF)
         T[:, :, 0] = 0.0
         # Q entries whose left part is finished keep the sweep cost alone
         a = np.repeat(np.arange(-1, t.K), np.maximum(t.K - np.arange(t.K + 1), 1))
         tt = np.arange(self.nq) - self.qoff[a + 1] + 1
         j = np.minimum(a + tt, t.K - 1)
         Q = (t.cumc[j + 1] - t.cumc[a + 1]).astype(np.float32)
-        fill_cost(t.K, t.M, Lv, t.s, t.g, t.s_ext, t.g_ext, t.cumc, self.bc, t.hi, t.lo, t.hi_eff,
-                  t.e, self.roff, self.jstart, self.jlist, self.qoff, self.SW, self.cs, self.pad,
-                  T, Q)
+        # pruning tables (see solvers.chain_dp_kernel.fill_cost): block minima of T + P per
+        # backward node's rows and of Q - P per anchor; QB0: the Q entries no level rewrites
+        nseg = np.diff(self.roff)
+        boff = np.concatenate([[0], np.cumsum(-(-nseg // BLK))]).astype(np.int64)  # [M + 1]
+        TB = np.empty((Lv + 1, 2, max(int(boff[-1]), 1)))
+        TB[...] = INF
+        nbj = t.K // BLK + 2
+        cb = np.concatenate([[0.0], np.cumsum(self.bc)])
+        P = -cb[t.e + 1] + 2.0 * t.cumc  # P[j + 1], j = -1 .. K - 1 (cost units)
+        eps = 1e-12 * (2 * np.abs(P).max() + t.cumc[-1] * (t.K + 1) + cb[-1] + 1.0)
+        QB0 = np.full((t.K + 1) * nbj, INF)
+        static = (t.e[j + 1] + 1 > np.minimum(t.e[a + 1], t.M - 1)) & (a + tt <= t.K - 1)
+        np.minimum.at(QB0, ((a + 1) * nbj + (j + 1) // BLK)[static],
+                      Q[static].astype(float) - P[j + 1][static])
+        return (t.K, t.M, Lv, t.s, t.g, t.s_ext, t.g_ext, t.cumc, self.bc, t.hi, t.lo, t.hi_eff,
+                t.e, self.roff, self.jstart, self.jlist, self.qoff, self.SW, self.cs, self.pad,
+                T, Q, boff, TB, QB0, QB0.copy(), P, float(eps))
+
+    def fill_cost(self, Lv: int) -> None:
+        """Fill the cost table for ``Lv`` levels (``stats``: sums, bounds, pruned states)."""
+        args = self.cost_inputs(Lv)
+        self.stats = np.zeros((1, 4), dtype=np.int64)
+        fill_cost(*args, self.stats)
+        T = args[20]
         self.T, self.Lv, self.mode = T, Lv, "cost"
 
     def value(self, a: int, k: int, h: int, mlev: int = 0) -> float:
