@@ -3,14 +3,17 @@ time limit.
 
 For every zoo model (default batch, ``stages="auto"``: 34-102 nodes) and budget (50 % and 30 %
 of the no-remat peak), ``Checkmate(budget=B, time_limit=T, solver=S)`` for ``S`` in ``highs``,
-``cpsat`` (4 workers).  One row each: status, wall seconds of ``plan()`` (warm start included),
+``cpsat`` (4 workers) and ``race``.  One row each: status, wall seconds of ``plan()`` (warm start included),
 overhead (compute over running every node once) and proven lower bound over the same base.
 Costs are modelled on the host and calibrated once per process, so both solvers of a row pair
 see the same graph.  ``infeasible`` rows carry the smallest feasible budget.
 
     python -m experiments.cpsat_benchmark --time-limit 20
+    python -m experiments.cpsat_benchmark --time-limit 20 --solvers race --keep
 
-Writes ``experiments/results/cpsat_benchmark.csv``.
+(``race``: both at once, first proof wins, :mod:`solvers.portfolio`, what ``remat compare``
+uses; ``--keep`` keeps the rows already in the CSV and skips finished (model, budget, solver)
+rows.)  Writes ``experiments/results/cpsat_benchmark.csv``.
 """
 
 from __future__ import annotations
@@ -34,17 +37,26 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=None, help="zoo names (default: all)")
     ap.add_argument("--budgets", nargs="+", default=["50%", "30%"])
-    ap.add_argument("--solvers", nargs="+", default=["highs", "cpsat"])
+    ap.add_argument("--solvers", nargs="+", default=["highs", "cpsat", "race"])
     ap.add_argument("--time-limit", type=float, default=20.0)
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
+    ap.add_argument("--keep", action="store_true", help="keep and skip rows already in --out")
     a = ap.parse_args(argv)
     rows = []
+    if a.keep and a.out.exists():
+        import csv
+
+        with a.out.open() as fh:
+            rows = list(csv.DictReader(fh))
+    done = {(r["model"], r["budget"], r["solver"]) for r in rows}
     for name in a.models or remat.zoo.available():
         loss, params, batch = remat.zoo.get(name, batch_size=DEFAULT_BATCH.get(name, 8))
         g = remat.extract(loss, params, batch, stages="auto")
         base = float(g.costs.sum())
         for budget in a.budgets:
             for solver in a.solvers:
+                if (name, budget, solver) in done:
+                    continue
                 row = dict(model=name, nodes=g.n, budget=budget, solver=solver,
                            time_limit_s=a.time_limit)
                 t = time.perf_counter()

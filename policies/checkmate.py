@@ -76,7 +76,9 @@ class Checkmate(BasePolicy):
         program order otherwise; ``meta["order"]``, ``order_peak_bytes`` (no-remat peak of the
         order used) and ``program_peak_bytes`` say which.  Random layered DAG n = 250 (published
         graph) at 0.9 x its program-order peak: no frontier-form schedule found in program
-        order, none needed with the reordering (``experiments/results/reorder_published.csv``).
+        order, no recomputation needed in the new one (``published_benchmark.md``, "reorder +
+        LNS").  When the MILP finds no incumbent in the new order, the general pebbling
+        heuristic's plan in that order is returned (``status="time_limit"``).
       order_share: fraction of the time limit for the order search (``order="min_peak"``).
 
     ``plan(graph, budget=None)`` returns a :class:`remat.Plan` whose ``meta`` holds ``policy``,
