@@ -9,6 +9,10 @@ For every graph in ``../shared/benchmarks/checkmate-graphs`` and every budget mu
 
 * ``milp``: the exact Checkmate MILP, ``policies.Checkmate(time_limit=T)``;
 * ``lp``: LP relaxation plus rounding, ``policies.Checkmate(relax="lp", time_limit=T)``;
+* ``reorder``: ``policies.Checkmate(order="min_peak", lns=True, time_limit=T)``: the graph
+  relabelled by OLLA's low-peak topological order (a quarter of the time), then Checkmate's
+  anytime search in that order; its bound holds for frontier-form schedules in that order (with
+  overhead 1.000 it is the absolute bound);
 * ``heuristic``: every registered heuristic among ``--heuristics`` (SqrtN, greedy, ChainDP, ...)
   that applies to the graph; the row keeps the cheapest whose plan fits the budget.
 
@@ -81,7 +85,7 @@ DEFAULT_BENCH = Path(
     os.environ.get("REMAT_BENCHMARKS", ROOT / ".." / "shared" / "benchmarks" / "checkmate-graphs")
 )
 DEFAULT_OUT = ROOT / "experiments" / "results" / "published_benchmark.csv"
-METHODS = ("milp", "lp", "heuristic")
+METHODS = ("milp", "lp", "reorder", "heuristic")
 DEFAULT_HEURISTICS = (
     "sqrtn", "sqrt_n", "chen_sqrtn", "greedy", "chen_greedy", "chain_dp", "griewank", "revolve",
     "greedy_remat", "pebbling",
@@ -217,14 +221,17 @@ def solve_instance(path: str, method: str, budget: int, time_limit: float,
 
     graph = remat.load_graph(path)
     registered = set(register_all_policies())
-    if method in ("milp", "lp"):
+    if method in ("milp", "lp", "reorder"):
         if "checkmate" not in registered:
             return {"status": "unavailable", "error": "policy 'checkmate' is not registered"}
         opts: dict[str, Any] = {"time_limit": time_limit}
         if method == "lp":
             opts["relax"] = "lp"
+        if method == "reorder":
+            opts.update(order="min_peak", lns=True)
         row = _run_policy(graph, "checkmate", budget, **opts)
-        row["policy"] = "checkmate" + ("(relax=lp)" if method == "lp" else "")
+        row["policy"] = "checkmate" + {"milp": "", "lp": "(relax=lp)",
+                                       "reorder": "(order=min_peak, lns)"}[method]
         return row
     cands = [h for h in heuristics if h in registered]
     if not cands:
@@ -445,9 +452,9 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
              "proof: budget below one node's need, or the pebbling lower bound of "
              "`solvers.pebbling_bound`, valid for any order and any recomputation), or `open`.",
              "",
-             "| graph | n | m | budget | min step | MILP (exact) | LP rounding | best heuristic "
-             "| verdict |",
-             "|---|---:|---:|---:|---:|---|---|---|---|"]
+             "| graph | n | m | budget | min step | MILP (exact) | LP rounding "
+             "| reorder + LNS | best heuristic | verdict |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---|"]
     verdicts = {}
     for g, n, m in keys:
         any_row = next(r for r in rows if r["graph"] == g and r["m"] == m)
@@ -521,7 +528,9 @@ def contradictions(rows: list[dict[str, str]]) -> list[str]:
     if not out:
         out.append("- infeasibility claims refuted by a fitting plan: none")
     # a MILP that says "optimal" must not be beaten by LP rounding or a heuristic
-    beaten = []
+    # (a reordered plan runs in another execution order, outside the fixed-order MILP's
+    # schedule space: beating it is the point of reordering, listed apart)
+    beaten, reordered = [], []
     for r in ok:
         if r["method"] != "milp" or r.get("solver_status") != "optimal":
             continue
@@ -529,10 +538,14 @@ def contradictions(rows: list[dict[str, str]]) -> list[str]:
         for o in ok:
             if (o["graph"], o["m"]) == (r["graph"], r["m"]) and o["method"] != "milp" and (
                     float(o["objective"]) < float(r["objective"]) - tol):
-                beaten.append(f"  - {r['graph']} m={r['m']}: {o['method']} {o['objective']} < "
-                              f"MILP {r['objective']}")
+                (reordered if o["method"] == "reorder" else beaten).append(
+                    f"  - {r['graph']} m={r['m']}: {o['method']} {o['objective']} < "
+                    f"MILP {r['objective']}")
     out.append(f"- 'optimal' MILP plans beaten by another method: {len(beaten)}")
-    return out + beaten
+    out += beaten
+    out.append(f"- program-order MILP optima beaten by planning in a low-peak order (reorder): "
+               f"{len(reordered)}")
+    return out + reordered
 
 
 def _git_rev() -> str:
