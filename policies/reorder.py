@@ -5,8 +5,8 @@ Checkmate's MILP (and every frontier-form heuristic) plans in the graph's own in
 is a choice of the program (or of whoever numbered a published graph), and it decides how much
 memory any schedule needs: on the random layered DAGs of the Checkmate/Moccasin benchmark the
 peak-minimising order of OLLA's order phase (:func:`solvers.olla.solve_order`, Steiner et al.
-eq. 14, 30-60 s) needs 20-23 % less memory than the given order without any recomputation at
-n = 100 and 250 (2-7 % at n = 500 and 1000): the "reorder + LNS" column of
+eq. 14, 15-60 s) needs 17-23 % less memory than the given order without any recomputation at
+n = 100 and 250 (2-8 % at n = 500 and 1000): the "reorder + LNS" column of
 ``experiments/results/published_benchmark.md``.
 
 :func:`relabel` gives the graph whose index order is ``order``; a policy plans that graph and
