@@ -140,10 +140,14 @@ class Checkmate(BasePolicy):
             known_lb = None
             if self.lns and self.lns_lp_start:
                 t_lp = time.perf_counter()
-                try:
+                try:  # the heuristics' schedules are candidates already: no LP fallback
                     lp = solve_checkmate_lp(problem, time_limit=max(1.0, left / 3),
-                                            threads=self.threads)
-                except RematError:  # a best-effort start: no rounding or fallback fits
+                                            threads=self.threads, heuristic_fallback=False)
+                except SolverTimeoutError as e:  # no rounding fits; the LP bound still holds
+                    lp = None
+                    if e.bound is not None and np.isfinite(e.bound):
+                        known_lb = float(e.bound)
+                except RematError:  # a best-effort start
                     lp = None
                 cands: list = []
                 tried["lp_rounding"] = (None if lp is None else

@@ -551,3 +551,22 @@ def test_lns_node_windows_never_worse_and_fit(kinds):
     assert sol.lower_bound <= exact.objective * (1 + 1e-6) <= sol.objective * (1 + 1e-6)
     with pytest.raises(remat.errors.SolverError):
         solve_checkmate_lns(P, start, time_limit=5, neighbourhoods=("rows",))
+
+
+def test_lp_rounding_without_fallback_raises_with_its_bound():
+    """At the frontier bound of this chain no LP rounding fits: the default falls back (to the
+    peak-minimising MILP's schedule), heuristic_fallback=False raises SolverTimeoutError with
+    the LP bound instead, and that bound is below the fallback's cost (a valid bound)."""
+    from solvers.checkmate import CheckmateProblem, solve_checkmate_lp
+
+    rng = np.random.default_rng(7)
+    g = remat.chain_graph(6, sizes=rng.integers(1, 9, 6) * 100, fwd_costs=rng.uniform(1, 3, 6))
+    b = CheckmateProblem.from_graph(g, None).frontier_lower_bound()
+    prob = CheckmateProblem.from_graph(g, b)
+    with_fb = solve_checkmate_lp(prob, time_limit=20)
+    assert "no rounding fitted" in with_fb.meta["method"]
+    with pytest.raises(SolverTimeoutError, match="no LP rounding fits") as ei:
+        solve_checkmate_lp(prob, time_limit=20, heuristic_fallback=False)
+    assert ei.value.bound is not None
+    assert ei.value.bound == pytest.approx(with_fb.lower_bound)
+    assert ei.value.bound <= with_fb.objective * (1 + 1e-9)

@@ -59,6 +59,7 @@ def solve_checkmate_lp(
     threads: int | None = None,
     log: bool = False,
     fallback: Schedule | Callable[[], Schedule | None] | None = None,
+    heuristic_fallback: bool = True,
 ) -> CheckmateSolution:
     """Checkmate's approximation: LP relaxation, then rounding of ``S``, then the optimal ``R``
     for each rounded ``S`` (:func:`min_r_given_s`); the cheapest schedule that fits wins.
@@ -80,6 +81,10 @@ def solve_checkmate_lp(
 
     Args:
       time_limit: seconds for everything (LPs, roundings, fallbacks).
+      heuristic_fallback: when no rounding fits, fall back as above; ``False`` raises
+        :class:`~remat.errors.SolverTimeoutError` carrying the LP bound instead (for a caller
+        that already has the heuristics' schedules: on the n = 500 published DAG the fallback
+        re-ran them for 20 s past the time limit).
 
     Returns a :class:`CheckmateSolution` with status ``feasible`` (``optimal`` when the rounded
     cost meets the LP bound); ``lower_bound`` is the LP relaxation's optimum.
@@ -98,6 +103,10 @@ def solve_checkmate_lp(
                                       threads, log):
             break
     best, method = rounds.best, "lp_rounding"
+    if best is None and not heuristic_fallback:
+        raise SolverTimeoutError(
+            f"no LP rounding fits {problem.budget} bytes ({rounds.tried} tried)",
+            bound=rounds.lp_bound if math.isfinite(rounds.lp_bound) else None)
     if best is None:
         best, method = _fallback(problem, fallback, clock)
     R, S, cost, peak, bf = best
