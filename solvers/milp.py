@@ -320,24 +320,19 @@ class MilpModel:
                                      presolve, options or {})
         if backend == "cvxpy":
             return self._solve_cvxpy(time_limit, mip_gap, relax, log, options or {})
-        if backend == "cpsat" and not relax:
+        if backend in ("cpsat", "race") and not relax:
             from solvers.cpsat import solve_cpsat
-
-            w = warm_start
-            if isinstance(w, tuple):
-                w = np.full(self._nv, np.nan)
-                w[np.asarray(warm_start[0], np.int64)] = np.asarray(warm_start[1], np.float64)
-            return solve_cpsat(self, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
-                               warm_start=w, log=log, **(options or {}))
-        if backend == "race" and not relax:
             from solvers.portfolio import solve_race
 
             w = warm_start
-            if isinstance(w, tuple):
+            if isinstance(w, tuple):  # (indices, values) -> a full vector, nan = unset
                 w = np.full(self._nv, np.nan)
                 w[np.asarray(warm_start[0], np.int64)] = np.asarray(warm_start[1], np.float64)
-            return solve_race(self, time_limit=time_limit, mip_gap=mip_gap, warm_start=w,
-                              log=log, **(options or {}))
+            if backend == "race":
+                return solve_race(self, time_limit=time_limit, mip_gap=mip_gap, warm_start=w,
+                                  log=log, **(options or {}))
+            return solve_cpsat(self, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
+                               warm_start=w, log=log, **(options or {}))
         raise SolverError(f"unknown MILP backend {backend!r}; use 'highs', 'cvxpy', 'cpsat' "
                           "or 'race' (the last two: integer programs only)")
 
