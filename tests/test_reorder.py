@@ -176,3 +176,34 @@ def test_no_milp_incumbent_in_the_new_order_returns_the_pebbling_plan(monkeypatc
     assert p.meta["compute_cost"] > g.costs.sum() and p.meta["gap"] > 0
     with pytest.raises(SolverTimeoutError):  # nothing fits: the solver's error, not a plan
         Checkmate(budget=110, time_limit=20, order="min_peak").plan(g)
+
+
+def test_order_search_is_extended_only_while_it_improves_and_needs_recomputation(monkeypatch):
+    """The order phase gets more time (half shares, at most 60 % of the limit) while its order
+    still peaks over the budget, its search ended at the time limit and the last extension
+    lowered the peak; the reported program peak stays the program order's."""
+    import dataclasses as dc
+
+    import solvers.olla as olla
+
+    real = olla.solve_order
+    calls = []
+
+    def fake(sizes, edges, *, warm_order=None, time_limit=60.0, **kw):
+        calls.append((time_limit, warm_order is not None))
+        sol = real(sizes, edges, warm_order=warm_order, time_limit=time_limit, **kw)
+        return dc.replace(sol, status="time_limit")  # pretend it was still improving
+
+    monkeypatch.setattr(olla, "solve_order", fake)
+    g = fan_and_skip_graph()  # every order peaks at 180 B without recomputation
+    p = Checkmate(budget=130, time_limit=8, order="min_peak").plan(g)
+    assert p.meta["peak_bytes"] <= 130 and p.meta["order_peak_bytes"] > 130
+    first = calls[0][0]
+    # one extension, warm-started from the first order; it did not lower the peak (a tiny
+    # graph's search is exact at once), so the search stops there
+    assert not calls[0][1] and len(calls) == 2
+    assert calls[1][1] and calls[1][0] == pytest.approx(first / 2)
+    assert p.meta["program_peak_bytes"] == g.no_remat_peak()
+    calls.clear()
+    p = Checkmate(budget=300, time_limit=8, order="min_peak").plan(fan_graph(6))  # fits
+    assert len(calls) == 1 and p.meta["compute_cost"] == pytest.approx(fan_graph(6).costs.sum())
