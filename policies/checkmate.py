@@ -36,6 +36,7 @@ from solvers.checkmate import (
     to_frontier_form,
 )
 from solvers.checkmate.lns import solve_checkmate_lns
+from solvers.milp import check_backend
 
 
 @register("checkmate")
@@ -114,6 +115,7 @@ class Checkmate(BasePolicy):
             raise RematError(f"relax must be None or 'lp', got {self.relax!r}")
         if self.order not in ("program", "min_peak"):
             raise RematError(f"order must be 'program' or 'min_peak', got {self.order!r}")
+        check_backend(self.solver)
         if not 0.0 < self.order_share < 1.0:
             raise RematError(f"order_share must be in (0, 1), got {self.order_share!r}")
 

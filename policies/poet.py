@@ -20,6 +20,7 @@ from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, regist
 from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from remat.graph import Graph
 from remat.plan import Plan
+from solvers.milp import check_backend
 from solvers.poet import PoetProblem, PoetSolution, schedule_costs, solve_poet
 
 
@@ -151,6 +152,7 @@ class Poet(BasePolicy):
           SolverTimeoutError: the time limit hit with no schedule found.
         """
         t0 = time.perf_counter()
+        check_backend(self.solver)
         time_limit = ctx.time_left(self.time_limit)
         prob = self.problem(graph, budget_bytes)
         base_e = float(prob.compute_energy.sum())

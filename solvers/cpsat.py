@@ -77,6 +77,10 @@ def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
     """
     from solvers.milp import MilpSolution
 
+    if workers is not None and int(workers) < 1:
+        raise SolverError(f"CP-SAT needs at least one worker, got {workers!r}")
+    if not 1 <= int(objective_bits) <= 52:
+        raise SolverError(f"objective_bits must be in 1..52, got {objective_bits!r}")
     try:
         from ortools.sat.python import cp_model
     except ImportError:

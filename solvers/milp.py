@@ -72,6 +72,22 @@ class MilpSolution:
         return self.x is not None
 
 
+BACKENDS = ("highs", "cvxpy", "cpsat", "race")  # what MilpModel.solve(backend=...) takes
+
+
+def check_backend(backend: str) -> None:
+    """Raise :class:`~remat.errors.SolverError` unless ``backend`` is one of :data:`BACKENDS`
+    and installed (``cpsat``/``race`` need OR-Tools); for policies to check their options
+    before any work."""
+    if backend not in BACKENDS:
+        raise SolverError(f"unknown MILP backend {backend!r}; use one of {BACKENDS}")
+    if backend in ("cpsat", "race"):
+        from solvers.cpsat import available
+
+        if not available():
+            raise SolverError(f"MILP backend {backend!r} needs OR-Tools: pip install -e '.[cpsat]'")
+
+
 class MilpModel:
     """Minimise ``c @ x + offset`` s.t. ``lo <= A @ x <= hi``, ``lb <= x <= ub``, some ``x`` integer.
 
@@ -333,8 +349,11 @@ class MilpModel:
                                   log=log, **(options or {}))
             return solve_cpsat(self, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
                                warm_start=w, log=log, **(options or {}))
-        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs', 'cvxpy', 'cpsat' "
-                          "or 'race' (the last two: integer programs only)")
+        if backend in ("cpsat", "race"):  # relax=True
+            raise SolverError(f"backend {backend!r} solves integer programs only; the LP "
+                              "relaxation needs 'highs' or 'cvxpy'")
+        check_backend(backend)  # raises for an unknown name
+        raise SolverError(f"backend {backend!r} cannot solve this model")  # not reached
 
     def _solve_highs(self, time_limit, mip_gap, threads, warm_start, relax, log, presolve,
                      options, on_start=None) -> MilpSolution:

@@ -38,10 +38,15 @@ def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
 
     Raises:
       SolverTimeoutError: neither found a feasible solution in time (with the better bound).
-      SolverError: both back ends failed.
+      SolverError: OR-Tools missing, ``cpsat_workers < 1``, or both back ends failed.
     """
-    from solvers.cpsat import solve_cpsat
+    from solvers.cpsat import available, solve_cpsat
     from solvers.milp import MilpSolution
+
+    if not available():  # racing HiGHS alone would be a silent downgrade
+        raise SolverError("the HiGHS/CP-SAT race needs OR-Tools: pip install -e '.[cpsat]'")
+    if int(cpsat_workers) < 1:
+        raise SolverError(f"cpsat_workers must be at least 1, got {cpsat_workers!r}")
 
     handles: dict[str, object] = {}
     results: dict[str, object] = {}

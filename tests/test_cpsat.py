@@ -101,3 +101,30 @@ def test_highs_still_solves_after_races_either_solver_won():
         assert after.objective == pytest.approx(before.objective, rel=1e-6)
         solved += 1
     assert solved >= 3
+
+
+def test_bad_solver_options_are_typed_errors_before_any_work():
+    from remat.errors import RematError
+
+    g = remat.chain_graph(4, sizes=100)
+    with pytest.raises(SolverError, match="unknown MILP backend 'gurobi'"):
+        Checkmate(budget="70%", solver="gurobi").plan(g)
+    with pytest.raises(SolverError, match="unknown MILP backend"):
+        __import__("policies").get("poet", solver="gurobi", device=None).plan(g, budget="70%")
+    with pytest.raises(SolverError, match="integer programs only"):
+        knapsack([1.0], [1], 1).solve("cpsat", time_limit=5, relax=True)
+    with pytest.raises(SolverError, match="at least one worker"):
+        knapsack([1.0], [1], 1).solve("cpsat", time_limit=5, threads=0)
+    with pytest.raises(SolverError, match="cpsat_workers"):
+        knapsack([1.0], [1], 1).solve("race", time_limit=5, options={"cpsat_workers": 0})
+    assert issubclass(SolverError, RematError)
+
+
+def test_a_race_without_ortools_is_refused_not_run_on_highs_alone(monkeypatch):
+    import solvers.cpsat as cpsat
+
+    monkeypatch.setattr(cpsat, "available", lambda: False)
+    with pytest.raises(SolverError, match="needs OR-Tools"):
+        knapsack([1.0], [1], 1).solve("race", time_limit=5)
+    with pytest.raises(SolverError, match="needs OR-Tools"):
+        Checkmate(budget="70%", solver="race").plan(remat.chain_graph(4, sizes=100))
