@@ -147,3 +147,24 @@ def test_compare_plans_small_graphs_with_cpsat_and_passes_the_gap():
     # the gap is a real stopping rule: the race's answer on the small chain is within it
     p = cm.plan(small, budget=int(0.7 * small.no_remat_peak()))
     assert p.meta["backend"] == "race" and p.meta["gap"] <= 0.02
+
+
+def test_compare_defaults_to_its_own_time_limit_and_takes_an_explicit_one(monkeypatch):
+    """``remat compare`` gives each solver COMPARE_TIME_LIMIT seconds unless ``--time-limit``
+    says otherwise (the other subcommands keep their own default)."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_compare(graph, budget, **kw):
+        seen.append(kw["time_limit"])
+        raise Stop
+
+    monkeypatch.setattr(cli, "compare", fake_compare)
+    for argv, want in ((["compare", "mlp", "--budget", "50%"], cli.COMPARE_TIME_LIMIT),
+                       (["compare", "mlp", "--budget", "50%", "--time-limit", "4"], 4.0)):
+        with pytest.raises(Stop):
+            cli.main(argv)
+        assert seen[-1] == want
+    assert cli.COMPARE_TIME_LIMIT > 20.0  # what ResNet-50/SqueezeNet's POET needed at 50 %
