@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -364,7 +367,7 @@ class MilpModel:
         lb, ub, integ = self._col_arrays()
         c = self.objective_vector()
         inf = highspy.kHighsInf
-        h = highspy.Highs()
+        h = _new_highs(quiet=not log)
         h.setOptionValue("output_flag", bool(log))
         h.setOptionValue("time_limit", float(time_limit))
         h.setOptionValue("mip_rel_gap", float(mip_gap))
@@ -541,3 +544,31 @@ def _gap(obj: float, bound: float) -> float:
     if not (math.isfinite(obj) and math.isfinite(bound)):
         return math.nan
     return max(0.0, (obj - bound) / max(abs(obj), 1e-9))
+
+
+_BANNER_LOCK = threading.Lock()
+_BANNER_SHOWN = False
+
+
+def _new_highs(quiet: bool = True):
+    """A new ``highspy.Highs``.  highspy 1.16 prints its version banner to the C-level stdout
+    on the first construction in a process, whatever ``output_flag`` is set to afterwards
+    (``remat compare`` printed it above its table); with ``quiet`` that one construction runs
+    with file descriptor 1 pointed at ``/dev/null``."""
+    import highspy
+
+    global _BANNER_SHOWN
+    with _BANNER_LOCK:
+        if _BANNER_SHOWN or not quiet:
+            _BANNER_SHOWN = True
+            return highspy.Highs()
+        _BANNER_SHOWN = True
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                return highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)

@@ -158,3 +158,24 @@ def test_thread_count_can_change_between_solves():
     for threads in (None, 2, 1, None, 2):
         sol = m.solve(threads=threads)
         assert sol.status == "optimal" and sol.objective == pytest.approx(ref)
+
+
+def test_a_quiet_solve_prints_nothing_to_stdout():
+    """highspy 1.16 prints a version banner on its first ``Highs()`` in a process, at the C
+    level; a solve without ``log`` must leave the caller's stdout (e.g. ``remat compare``'s
+    table) clean, and the solve must still work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, scipy.sparse as sp\n"
+        "from solvers.milp import MilpModel\n"
+        "m = MilpModel(); x = m.add_vars('x', 3, 0, 1, integer=True)\n"
+        "m.add_rows(sp.csr_matrix(np.ones((1, 3))), hi=2.0); m.add_objective(x, -np.arange(1.0, 4.0))\n"
+        "s = m.solve('highs', time_limit=5)\n"
+        "import sys; sys.stderr.write(f'{s.status} {s.objective:g}')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().endswith("optimal -5")
+    assert r.stdout == ""
