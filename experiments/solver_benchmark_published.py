@@ -438,7 +438,8 @@ def _cell(r: dict[str, str] | None) -> str:
     return st + why + (f" ({_f(r.get('wall_s'), '{:.0f}')} s)" if r.get("wall_s") else "")
 
 
-def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
+def summary_markdown(rows: list[dict[str, str]], header: str,
+                     open_bounds: list[dict[str, str]] | None = None) -> str:
     by = {(r["graph"], r["m"], r["method"]): r for r in rows}
     keys = sorted({(r["graph"], int(r["n"]), r["m"]) for r in rows},
                   key=lambda k: (k[1], k[0], -float(k[2])))
@@ -484,7 +485,31 @@ def summary_markdown(rows: list[dict[str, str]], header: str) -> str:
                  + "".join(f"\n  - {r['graph']} m={r['m']} {r['method']}: {r['status']}"
                            for r in bad))
     lines.extend(contradictions(rows))
+    lines.extend(open_bounds_section(open_bounds or [], verdicts))
     return "\n".join(lines) + "\n"
+
+
+def open_bounds_section(bounds: list[dict[str, str]], verdicts: dict) -> list[str]:
+    """Markdown lines for the open instances' bounds (``experiments/open_instances.py``)."""
+    rows = [b for b in bounds if verdicts.get((b["graph"], b["m"]), "").startswith("open")]
+    if not rows:
+        return []
+    out = ["", "What the open instances reached (`python -m experiments.open_instances` -> "
+           "`open_instances.csv`): *floor* = the largest budget the pebbling lower bound proves "
+           "too small for every schedule (any order, any recomputation; bisection from the "
+           "single-step need); *best plan* = the smallest peak any method's plan reached; "
+           "*program-order LP* = Checkmate's LP relaxation at the budget (`infeasible` proves "
+           "that no plan in the program order fits; otherwise a lower bound on its overhead).",
+           "", "| graph | m | budget | floor (proven) | best plan peak | program-order LP |",
+           "|---|---:|---:|---:|---:|---|"]
+    for b in rows:
+        lp = b["lp_status"] + (f", overhead >= {float(b['lp_bound_overhead']):.3f}"
+                               if b.get("lp_bound_overhead") else "") + f" ({b['lp_seconds']} s)"
+        out.append(f"| {b['graph']} | {b['m']} | {_bytes(b['budget_bytes'])} | "
+                   f"> {_bytes(b['memory_floor_bytes'])} ({b['floor_probes']} probes, "
+                   f"{b['floor_seconds']} s) | {_bytes(b['best_peak_bytes']) if b['best_peak_bytes'] else '-'} "
+                   f"| {lp} |")
+    return out
 
 
 def verdict(rs: Sequence[dict[str, str] | None]) -> str:
@@ -600,7 +625,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "limit of each solve is the CSV column `time_limit_s`; `hard` kills and skips are "
         "listed as such."
     )
-    md = summary_markdown(rows, header)
+    ob = Path(args.out).with_name("open_instances.csv")
+    md = summary_markdown(rows, header, read_rows(ob) if ob.exists() else None)
     print(md)
     Path(args.md or Path(args.out).with_suffix(".md")).write_text(md)
 

@@ -1,0 +1,60 @@
+"""experiments.open_instances: the bounds reported for open published instances are proofs or
+measured plans, checked against independent facts on small graphs."""
+
+import numpy as np
+
+import policies
+import remat
+from experiments import open_instances as oi
+from experiments.solver_benchmark_published import min_step_bytes, open_bounds_section
+from remat.schedule import replay
+from solvers.pebbling_bound import prove_infeasible
+
+
+def _graph():
+    rng = np.random.default_rng(3)
+    return remat.chain_graph(6, sizes=rng.integers(100, 900, 6))
+
+
+def test_memory_floor_is_proven_and_below_a_real_plan():
+    g = _graph()
+    step = min_step_bytes(g)
+    fits = replay(g, policies.get("recompute_all").plan(g)).peak_bytes  # a real schedule's peak
+    floor, probes, _ = oi.memory_floor(g.preds, g.sizes, step - 1, int(fits) + 1000,
+                                       proof_time=10, steps=20)
+    assert probes > 0 and step - 1 <= floor < fits  # below a schedule that exists
+    assert prove_infeasible(g.preds, g.sizes, floor, time_limit=10).proven
+
+
+def test_program_order_lp_proves_infeasible_below_one_step_and_bounds_cost_above():
+    g = _graph()
+    st, _, _ = oi.program_order_lp(g, min_step_bytes(g) - 1, 30)
+    assert st == "infeasible"
+    st, bound, _ = oi.program_order_lp(g, int(g.no_remat_peak()), 30)
+    assert st == "optimal" and abs(bound - 1.0) < 1e-6  # nothing needs recomputing
+    b = int(0.8 * g.no_remat_peak())
+    st, bound, _ = oi.program_order_lp(g, b, 30)
+    opt = policies.get("checkmate", time_limit=30).plan(g, budget=b)
+    assert st == "optimal" and bound <= opt.meta["objective"] / g.costs.sum() + 1e-6
+
+
+def test_open_instances_and_best_peak_read_the_benchmark_rows():
+    rows = [
+        {"graph": "a", "m": "0.6", "status": "timeout_no_incumbent", "method": "lp",
+         "policy": "checkmate(relax=lp)", "min_feasible_bytes": "",
+         "error": "LP rounding found no schedule within 5 bytes; the smallest peak found is 70 bytes"},
+        {"graph": "a", "m": "0.6", "status": "heuristic_infeasible", "method": "heuristic",
+         "policy": "pebbling", "min_feasible_bytes": "90", "error": ""},
+        {"graph": "a", "m": "0.9", "status": "ok", "method": "milp", "policy": "checkmate",
+         "min_feasible_bytes": "", "error": ""},
+        {"graph": "b", "m": "0.6", "status": "infeasible_proven", "method": "milp",
+         "policy": "checkmate", "min_feasible_bytes": "", "error": ""},
+    ]
+    assert oi.open_instances(rows) == [("a", "0.6")]
+    assert oi.best_peak(rows[:2]) == (70, "lp (checkmate(relax=lp))")
+    bound = {"graph": "a", "m": "0.6", "budget_bytes": "60", "memory_floor_bytes": "55",
+             "floor_probes": "3", "floor_seconds": "1.0", "best_peak_bytes": "70",
+             "lp_status": "infeasible", "lp_bound_overhead": "", "lp_seconds": "0.1"}
+    md = "\n".join(open_bounds_section([bound], {("a", "0.6"): "open"}))
+    assert "| a | 0.6 | 60 B | > 55 B" in md and "| 70 B |" in md and "infeasible" in md
+    assert open_bounds_section([bound], {("a", "0.6"): "feasible (1.0, milp)"}) == []
