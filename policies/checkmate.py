@@ -251,7 +251,7 @@ class Checkmate(BasePolicy):
 
         for name in ("chain_dp", "sqrtn"):
             try:
-                other = policies.get(name, **_WARM_OPTIONS(graph).get(name, {})).plan(
+                other = policies.get(name, **_warm_options(graph).get(name, {})).plan(
                     graph, budget=b)
             except RematError:  # a best-effort warm start: not a chain, or nothing fits
                 tried[name] = None
@@ -281,7 +281,7 @@ class Checkmate(BasePolicy):
         return cost
 
 
-def _WARM_OPTIONS(graph: Graph) -> dict[str, dict]:  # noqa: N802 (a table, computed)
+def _warm_options(graph: Graph) -> dict[str, dict]:
     """Options of the policies whose plans warm-start the MILP.  ChainDP gets finer memory
     levels than its own fast-mode default (256) while its table stays near ``4e7`` entries
     (``(n/2)^2`` states per level): on the 100-layer random-width MLPs (202 nodes) 256 levels
