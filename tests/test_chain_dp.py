@@ -526,3 +526,51 @@ def test_tight_budget_plan_is_as_cheap_as_checkmates_optimum_on_vgg16():
         assert replay(g, p, strict=True).peak_bytes <= budget
     cost = lambda p: float(g.costs @ p.R.sum(axis=0))  # noqa: E731
     assert cost(dp) <= cost(cm) * (1 + 1e-6), (cost(dp) / g.costs.sum(), cost(cm) / g.costs.sum())
+
+
+def test_inflated_plan_on_plain_jax_gives_value_and_grads_and_its_residuals_or_says_not():
+    """A plain-JAX tanh MLP (random widths, seed 5) one byte above ChainDP's smallest feasible
+    budget, where the plan comes from the inflation search: the drop-in's value and gradients
+    equal jax.value_and_grad's, and its saved residual bytes stay within the plan's (a note
+    says by how much they are below) or a RematFidelityWarning gives both numbers."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    from test_executor import assert_same
+
+    from remat.fidelity import FIDELITY_RTOL, RematFidelityWarning
+
+    rng = np.random.default_rng(5)
+    dims = [16] + [int(w) for w in rng.integers(8, 64, 8)]
+    keys = jax.random.split(jax.random.PRNGKey(5), 9)
+    params = [jax.random.normal(keys[i], (dims[i], dims[i + 1])) / 4 for i in range(8)]
+    x = jax.random.normal(keys[8], (32, 16))
+
+    def loss(ps, x):
+        h = x
+        for w in ps:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h ** 2)
+
+    g = remat.extract(loss, params, x, stages="auto")
+    with pytest.raises(InfeasibleBudgetError) as e:
+        ChainDP(budget=1).plan(g)
+    budget = e.value.min_feasible_bytes + 1
+    assert ChainDP().plan(g, budget=budget).meta.get("dp_inflation_levels")  # the path under test
+    vg = remat.value_and_grad(loss, ChainDP(budget=budget), stages="auto")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value, grads = vg(params, x)
+        ap = vg.applied(params, x)
+    rv, rg = jax.value_and_grad(loss)(params, x)
+    assert_same(value, rv)
+    assert_same(grads, rg)
+    fid = [w for w in caught if issubclass(w.category, RematFidelityWarning)]
+    over = ap.residual_bytes > ap.predicted_residual_bytes * (1 + FIDELITY_RTOL)
+    if over:  # more memory than planned: a warning with the numbers
+        assert fid and ap.warnings and str(ap.residual_bytes) in str(fid[0].message)
+    else:  # within the plan (here 15616 B realised vs 18688 B planned): no warning, a note
+        assert not fid and not ap.warnings
+        assert ap.residual_bytes == ap.predicted_residual_bytes or any(
+            str(ap.residual_bytes) in n for n in ap.notes)
