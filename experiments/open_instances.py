@@ -71,8 +71,19 @@ def memory_floor(preds, sizes, lo: int, hi: int, *, proof_time: float, steps: in
     """Largest budget in ``[lo, hi)`` proven infeasible by bisection (``lo`` must be proven).
 
     Returns ``(bytes, probes, seconds)``: every schedule of the graph peaks above ``bytes``.
+
+    Raises:
+      BudgetFormatError: ``lo``/``hi`` not integers with ``-1 <= lo < hi``.
+      RematError: ``proof_time <= 0`` or ``steps < 0``.
     """
+    from remat.errors import BudgetFormatError, RematError
     from solvers.pebbling_bound import prove_infeasible
+
+    if int(lo) != lo or int(hi) != hi or not -1 <= lo < hi:
+        raise BudgetFormatError(f"need integer bytes -1 <= lo < hi, got lo={lo!r}, hi={hi!r}")
+    if not proof_time > 0 or int(steps) != steps or steps < 0:
+        raise RematError(f"need proof_time > 0 and steps >= 0, got {proof_time!r}, {steps!r}")
+    lo, hi = int(lo), int(hi)
 
     t0, probes = time.perf_counter(), 0
     for _ in range(steps):
@@ -88,10 +99,20 @@ def memory_floor(preds, sizes, lo: int, hi: int, *, proof_time: float, steps: in
 
 
 def program_order_lp(graph, budget: int, time_limit: float) -> tuple[str, float, float]:
-    """``(status, overhead bound, seconds)`` of the chain-free LP relaxation at ``budget``."""
+    """``(status, overhead bound, seconds)`` of the chain-free LP relaxation at ``budget``.
+
+    Raises:
+      BudgetFormatError: a negative or fractional ``budget``.
+      RematError: ``time_limit <= 0``.
+    """
     import dataclasses
 
-    from remat.errors import SolverTimeoutError
+    from remat.errors import BudgetFormatError, RematError, SolverTimeoutError
+
+    if int(budget) != budget or budget < 0:
+        raise BudgetFormatError(f"budget must be non-negative integer bytes, got {budget!r}")
+    if not time_limit > 0:
+        raise RematError(f"time_limit must be positive, got {time_limit!r}")
     from solvers.checkmate import CheckmateProblem
     from solvers.checkmate.formulation import Formulation, add_checkmate_core
     from solvers.milp import MilpModel

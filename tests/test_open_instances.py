@@ -58,3 +58,22 @@ def test_open_instances_and_best_peak_read_the_benchmark_rows():
     md = "\n".join(open_bounds_section([bound], {("a", "0.6"): "open"}))
     assert "| a | 0.6 | 60 B | > 55 B" in md and "| 70 B |" in md and "infeasible" in md
     assert open_bounds_section([bound], {("a", "0.6"): "feasible (1.0, milp)"}) == []
+
+
+def test_bad_arguments_are_typed_errors():
+    import pytest
+
+    from remat.errors import BudgetFormatError, RematError
+
+    g = _graph()
+    for lo, hi in ((10, 10), (20, 10), (-5, 10), (1.5, 10)):
+        with pytest.raises(BudgetFormatError):
+            oi.memory_floor(g.preds, g.sizes, lo, hi, proof_time=1, steps=2)
+    for pt, steps in ((0, 2), (1, -1)):
+        with pytest.raises(RematError):
+            oi.memory_floor(g.preds, g.sizes, 0, 10, proof_time=pt, steps=steps)
+    for b in (-1, 10.5):
+        with pytest.raises(BudgetFormatError):
+            oi.program_order_lp(g, b, 10)
+    with pytest.raises(RematError):
+        oi.program_order_lp(g, 1000, 0)
