@@ -1,0 +1,103 @@
+"""Greedy low-peak orders (solvers/order_search.py) and their use as the order ILP's start:
+valid topological orders (control edges included) whose reported peak is order_peak's, never
+below the brute-force optimum, strictly better than a bad program order, typed errors; and
+solve_order keeping the better of the program's order and the greedy one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from remat.errors import InvalidGraphError, RematError
+from solvers.olla import order_peak, solve_order
+from solvers.order_search import greedy_order
+from tests.test_olla import random_dag, topological_orders
+
+
+def _is_topological(order: np.ndarray, n: int, edges: np.ndarray) -> bool:
+    if sorted(order.tolist()) != list(range(n)):
+        return False
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    return bool(len(edges) == 0 or (pos[edges[:, 0]] < pos[edges[:, 1]]).all())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_orders_are_valid_and_never_beat_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        n = int(rng.integers(2, 8))
+        sizes, edges = random_dag(n, rng.uniform(0.1, 0.6), rng)
+        order, peak = greedy_order(sizes, edges, restarts=8, seed=seed)
+        assert _is_topological(order, n, edges)
+        assert peak == order_peak(sizes, edges, order)
+        best = min(order_peak(sizes, edges, o) for o in topological_orders(n, edges))
+        assert peak >= best
+
+
+def test_control_edges_are_respected():
+    rng = np.random.default_rng(7)
+    sizes, edges = random_dag(12, 0.2, rng)
+    ctrl = np.array([[11, 0], [10, 1]])  # reverse the program's order of two pairs
+    if len(edges):
+        edges = edges[~np.isin(edges[:, 0], [10, 11]) & ~np.isin(edges[:, 1], [0, 1])]
+    order, _ = greedy_order(sizes, edges, restarts=4, control_edges=ctrl)
+    assert _is_topological(order, 12, np.concatenate([edges, ctrl]))
+
+
+def test_greedy_finishes_a_branch_before_starting_the_next():
+    """Two independent branches, each a big value read once by a small one; the program's
+    order computes both big values first (peak 200 + 1), the optimum one branch at a time."""
+    sizes = np.array([100, 100, 1, 1, 1])
+    edges = np.array([[0, 2], [1, 3], [2, 4], [3, 4]])
+    program = order_peak(sizes, edges, np.arange(5))
+    order, peak = greedy_order(sizes, edges, restarts=1)
+    best = min(order_peak(sizes, edges, o) for o in topological_orders(5, edges))
+    assert program == 201 and peak == best == 102
+
+
+def test_more_restarts_never_worse_on_a_layered_dag():
+    rng = np.random.default_rng(0)
+    n, edges = 120, []
+    for v in range(1, n):  # each node reads 1-4 of the 20 nodes before it
+        k = int(rng.integers(1, 5))
+        edges += [(int(u), v) for u in rng.choice(np.arange(max(0, v - 20), v), size=min(k, v),
+                                                   replace=False)]
+    e = np.array(edges)
+    sizes = rng.integers(10, 1000, size=n)
+    peaks = [greedy_order(sizes, e, restarts=r, seed=3)[1] for r in (1, 4, 16)]
+    assert peaks[0] >= peaks[1] >= peaks[2]
+
+
+def test_typed_errors():
+    with pytest.raises(InvalidGraphError):
+        greedy_order(np.array([1, 1]), np.array([[0, 1], [1, 0]]))
+    with pytest.raises(InvalidGraphError):
+        greedy_order(np.array([1, 1]), np.array([[0, 5]]))
+    with pytest.raises(RematError):
+        greedy_order(np.array([1, 1]), np.array([[0, 1]]), restarts=0)
+
+
+def test_solve_order_starts_from_the_better_order():
+    """The program's order of the two-branch graph peaks at 201 bytes; with the greedy start
+    the order search returns at most the greedy peak and still reports the program's peak as
+    ``warm_peak_bytes``; without it the result is never above the program's order."""
+    sizes = np.array([100, 100, 1, 1, 1])
+    edges = np.array([[0, 2], [1, 3], [2, 4], [3, 4]])
+    with_h = solve_order(sizes, edges, time_limit=5, heuristic_restarts=4)
+    without = solve_order(sizes, edges, time_limit=5, heuristic_restarts=0)
+    assert with_h.warm_peak_bytes == without.warm_peak_bytes == 201
+    assert with_h.peak_bytes <= greedy_order(sizes, edges, restarts=4)[1] == 102
+    assert without.peak_bytes <= 201
+    assert _is_topological(with_h.order, 5, edges)
+
+
+def test_solve_order_out_of_time_still_returns_the_greedy_order():
+    """With no time for the ILP the result is the greedy start, below the program's order."""
+    sizes = np.tile([100, 100, 1, 1, 1], 20)
+    edges = np.concatenate([np.array([[0, 2], [1, 3], [2, 4], [3, 4]]) + 5 * k for k in range(20)]
+                           + [np.array([[5 * k + 4, 5 * k + 5] for k in range(19)])])
+    order = np.concatenate([np.array([0, 1, 2, 3, 4]) + 5 * k for k in range(20)])
+    sol = solve_order(sizes, edges, time_limit=1e-3, warm_order=order)
+    assert sol.warm_peak_bytes == order_peak(sizes, edges, order) == 201
+    assert sol.peak_bytes == order_peak(sizes, edges, sol.order) == 102
