@@ -201,7 +201,8 @@ class Checkmate(BasePolicy):
         t0 = time.perf_counter()
         left = ctx.time_left(self.time_limit)
         share = 60.0 if left is None else max(1.0, self.order_share * left)
-        osol = solve_order(graph.sizes, graph.edge_array, threads=self.threads, time_limit=share)
+        osol = solve_order(graph.sizes, graph.edge_array, threads=self.threads, time_limit=share,
+                           target_peak=b)
         program_peak = int(osol.warm_peak_bytes)  # the order search starts from 0..n-1
         # while the order still needs recomputation and its search was still improving when
         # its time ran out, give it another half share (up to 60 % of the time): on the n = 250
@@ -210,7 +211,7 @@ class Checkmate(BasePolicy):
         while (b is not None and osol.peak_bytes > b and osol.status == "time_limit"
                and time.perf_counter() - t0 + share / 2 <= 0.6 * (left or 2 * share)):
             nxt = solve_order(graph.sizes, graph.edge_array, threads=self.threads,
-                              time_limit=share / 2, warm_order=osol.order)
+                              time_limit=share / 2, warm_order=osol.order, target_peak=b)
             if nxt.peak_bytes >= osol.peak_bytes:  # no longer improving
                 break
             osol = nxt

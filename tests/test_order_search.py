@@ -101,3 +101,39 @@ def test_solve_order_out_of_time_still_returns_the_greedy_order():
     sol = solve_order(sizes, edges, time_limit=1e-3, warm_order=order)
     assert sol.warm_peak_bytes == order_peak(sizes, edges, order) == 201
     assert sol.peak_bytes == order_peak(sizes, edges, sol.order) == 102
+
+
+def _layered(n: int = 120, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    edges = []
+    for v in range(1, n):
+        k = int(rng.integers(1, 5))
+        edges += [(int(u), v) for u in rng.choice(np.arange(max(0, v - 20), v), size=min(k, v),
+                                                   replace=False)]
+    return rng.integers(10, 1000, size=n), np.array(edges)
+
+
+def test_target_peak_stops_the_search_once_met():
+    sizes, edges = _layered()
+    _, greedy_peak = greedy_order(sizes, edges, restarts=32)
+    sol = solve_order(sizes, edges, time_limit=30, target_peak=greedy_peak)
+    assert sol.peak_bytes <= greedy_peak and "target" in sol.message
+    assert sol.solve_time_s == 0.0  # no ILP was needed
+    free = solve_order(sizes, edges, time_limit=3, target_peak=0)  # unreachable: searches on
+    assert free.peak_bytes <= greedy_peak and free.solve_time_s > 0
+
+
+def test_checkmate_reorder_stops_when_the_order_alone_fits():
+    """Checkmate(order="min_peak") at a budget the greedy order meets: no recomputation, and
+    the order search ends at once instead of using its share (0.25 x 40 s)."""
+    import policies
+    from tests.test_olla import graph_of
+
+    sizes, edges = _layered()
+    g = graph_of(sizes, edges)
+    _, greedy_peak = greedy_order(sizes, edges, restarts=32)
+    assert greedy_peak < g.no_remat_peak()
+    plan = policies.get("checkmate", budget=greedy_peak, order="min_peak", time_limit=40).plan(g)
+    assert plan.meta["order_time_s"] < 3.0
+    assert int(plan.R.sum()) == g.n  # every node computed once
+
