@@ -19,7 +19,7 @@ import numpy as np
 
 MIB = float(2**20)
 
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "x")
 
 #: ``policy name -> {"color", "marker"}`` for every policy the project ships (Tableau-20
 #: colours, one marker each); :func:`style` gives any other name a stable fallback.
@@ -38,6 +38,7 @@ POLICY_STYLES: dict[str, dict[str, str]] = {
     "nntrainer": {"color": "#17becf", "marker": ">"},
     "greedy_remat": {"color": "#ffbb78", "marker": "d"},
     "pebbling": {"color": "#98df8a", "marker": "8"},
+    "peak_shave": {"color": "#c5b0d5", "marker": "x"},
     "scan_layers": {"color": "#ff9896", "marker": "H"},
 }
 

@@ -88,7 +88,7 @@ DEFAULT_OUT = ROOT / "experiments" / "results" / "published_benchmark.csv"
 METHODS = ("milp", "lp", "reorder", "heuristic")
 DEFAULT_HEURISTICS = (
     "sqrtn", "sqrt_n", "chen_sqrtn", "greedy", "chen_greedy", "chain_dp", "griewank", "revolve",
-    "greedy_remat", "pebbling",
+    "greedy_remat", "pebbling", "peak_shave",
 )
 # a coarser search for the heuristics' own minimum budget when they fail (bisection runs)
 HEURISTIC_OPTIONS: dict[str, dict[str, Any]] = {

@@ -22,6 +22,7 @@ from policies.jax_policy import JaxPolicy
 from policies.melon import Melon
 from policies.nntrainer import NNTrainer
 from policies.olla import Olla
+from policies.peak_shave import PeakShave
 from policies.pebbling import Pebbling
 from policies.poet import Poet
 from policies.recompute_all import RecomputeAll
@@ -33,5 +34,5 @@ __all__ = [
     "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
     "checkpoint_all_plan", "ScanLayers",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "Olla", "Melon", "NNTrainer", "Sage",
+    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "PeakShave", "Olla", "Melon", "NNTrainer", "Sage",
 ]

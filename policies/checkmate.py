@@ -313,8 +313,8 @@ def _pebbling_fallback(graph: Graph, budget: int, err: SolverTimeoutError) -> Pl
 
 def _dag_heuristic_plans(graph: Graph, budget: int):
     """``(name, R)`` of the general-DAG heuristics' plans under ``budget`` (greedy_remat, and
-    pebbling in frontier mode, each score): cheap candidates for a warm start on graphs where the
-    chain policies do not apply."""
+    pebbling in frontier mode, each score; peak shaving in the graph's order): cheap candidates
+    for a warm start on graphs where the chain policies do not apply."""
     from policies.greedy_remat import SCORES as GREEDY_SCORES
     from policies.greedy_remat import greedy_steps
     from policies.pebbling import SCORES as PEBBLE_SCORES
@@ -331,3 +331,11 @@ def _dag_heuristic_plans(graph: Graph, budget: int):
         r = pebbling_steps(graph, budget, sc, frontier=True)
         if r is not None:
             yield f"pebbling({sc}, frontier)", _plan(graph, r[0], r[1]).R
+    from solvers.peak_shave import shave_peak
+
+    r = shave_peak(graph.sizes, graph.costs, graph.edge_array, budget, time_limit=10.0)
+    if r.status == "fits":  # frontier form: step t ends with node t
+        R = np.zeros((graph.n, graph.n), dtype=bool)
+        for t, step in enumerate(r.steps):
+            R[t, step] = True
+        yield "peak_shave", R

@@ -34,10 +34,10 @@ import numpy as np
 
 from remat.errors import InvalidGraphError, RematError
 
-__all__ = ["greedy_order"]
+__all__ = ["greedy_order", "greedy_orders"]
 
 
-def greedy_order(
+def greedy_orders(
     sizes: np.ndarray,
     edges: np.ndarray,
     *,
@@ -47,7 +47,7 @@ def greedy_order(
     control_edges: np.ndarray | None = None,
     time_limit: float | None = None,
 ) -> tuple[np.ndarray, int]:
-    """The lowest-peak order among ``restarts`` randomised greedy list schedules.
+    """The distinct orders of ``restarts`` randomised greedy list schedules, lowest peak first.
 
     Args:
       sizes: ``int64[n]`` output bytes per node.
@@ -59,8 +59,8 @@ def greedy_order(
       time_limit: seconds; no restart starts after it (restart 0 always runs).
 
     Returns:
-      ``(order, peak)``: ``int64[n]`` node indices in run order and its peak, bytes (as
-      :func:`solvers.olla.order_peak`).
+      ``[(order, peak), ...]``: ``int64[n]`` node indices in run order and its peak, bytes (as
+      :func:`solvers.olla.order_peak`), by peak then by restart.
 
     Raises:
       InvalidGraphError: an edge names a node outside ``0..n-1`` or the edges have a cycle.
@@ -90,16 +90,20 @@ def greedy_order(
     has_reader = (nread0 > 0).astype(np.int64)
     rng = np.random.default_rng(seed)
     scale = noise * float(s.mean()) if n else 0.0
-    best_order, best_peak = None, None
+    found: dict[bytes, tuple[int, int, np.ndarray]] = {}
     for r in range(restarts):
         if r and time_limit is not None and time.perf_counter() - t0 > time_limit:
             break
         prio = np.zeros(n) if r == 0 else scale * rng.standard_normal(n)
         order = _one_order(s, readers, inputs, succ, indeg0, nread0, has_reader, prio)
-        peak = order_peak(s, e, order)
-        if best_peak is None or peak < best_peak:
-            best_order, best_peak = order, peak
-    return best_order, int(best_peak)
+        found.setdefault(order.tobytes(), (int(order_peak(s, e, order)), r, order))
+    return [(o, p) for p, _, o in sorted(found.values(), key=lambda x: x[:2])]
+
+
+def greedy_order(sizes: np.ndarray, edges: np.ndarray, **options) -> tuple[np.ndarray, int]:
+    """The lowest-peak order among ``restarts`` randomised greedy list schedules (the first
+    of :func:`greedy_orders`, same arguments): ``(order, peak)``."""
+    return greedy_orders(sizes, edges, **options)[0]
 
 
 def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
