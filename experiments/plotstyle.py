@@ -19,11 +19,11 @@ import numpy as np
 
 MIB = float(2**20)
 
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "x")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H")
 
 #: ``policy name -> {"color", "marker"}`` for every policy the project ships (Tableau-20
 #: colours, one marker each); :func:`style` gives any other name a stable fallback.
-POLICY_STYLES: dict[str, dict[str, str]] = {
+POLICY_STYLES: dict[str, dict[str, Any]] = {
     "checkpoint_all": {"color": "#7f7f7f", "marker": "o"},
     "recompute_all": {"color": "#c7c7c7", "marker": "X"},
     "jax_policy": {"color": "#bcbd22", "marker": "h"},
@@ -38,7 +38,7 @@ POLICY_STYLES: dict[str, dict[str, str]] = {
     "nntrainer": {"color": "#17becf", "marker": ">"},
     "greedy_remat": {"color": "#ffbb78", "marker": "d"},
     "pebbling": {"color": "#98df8a", "marker": "8"},
-    "peak_shave": {"color": "#c5b0d5", "marker": "x"},
+    "peak_shave": {"color": "#c5b0d5", "marker": (6, 1, 0)},  # a filled six-point star
     "scan_layers": {"color": "#ff9896", "marker": "H"},
 }
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_olla import random_dag, topological_orders
 
 from remat.errors import InvalidGraphError, RematError
 from solvers.olla import order_peak, solve_order
 from solvers.order_search import greedy_order
-from tests.test_olla import random_dag, topological_orders
 
 
 def _is_topological(order: np.ndarray, n: int, edges: np.ndarray) -> bool:
@@ -126,8 +126,9 @@ def test_target_peak_stops_the_search_once_met():
 def test_checkmate_reorder_stops_when_the_order_alone_fits():
     """Checkmate(order="min_peak") at a budget the greedy order meets: no recomputation, and
     the order search ends at once instead of using its share (0.25 x 40 s)."""
+    from test_olla import graph_of
+
     import policies
-    from tests.test_olla import graph_of
 
     sizes, edges = _layered()
     g = graph_of(sizes, edges)
