@@ -1,0 +1,42 @@
+"""Shared checks of a drop-in ``remat.value_and_grad``: value and gradients against
+``jax.value_and_grad`` of the unmodified loss, and how it reports the saved-residual bytes it
+realised against the plan's prediction."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+from test_executor import assert_same
+
+from remat.fidelity import FIDELITY_RTOL, RematFidelityWarning
+
+
+def run_against_jax(vg, loss, *args):
+    """Run the drop-in ``vg(*args)`` with warnings recorded; assert its value and gradients
+    equal ``jax.value_and_grad(loss)(*args)`` (rtol 1e-5).
+
+    Returns:
+      ``(applied, fidelity)``: ``vg.applied(*args)`` and the RematFidelityWarnings raised.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value, grads = vg(*args)
+        ap = vg.applied(*args)
+    rv, rg = jax.value_and_grad(loss)(*args)
+    assert_same(value, rv)
+    assert_same(grads, rg)
+    return ap, [w for w in caught if issubclass(w.category, RematFidelityWarning)]
+
+
+def assert_residuals_within_plan_or_warned(ap, fid) -> None:
+    """Saved residual bytes above the plan's by more than FIDELITY_RTOL come with a warning that
+    names them; otherwise no warning, and bytes that differ from the plan's are named in a
+    note."""
+    over = ap.residual_bytes > ap.predicted_residual_bytes * (1 + FIDELITY_RTOL)
+    if over:  # more memory than planned: a warning with the numbers
+        assert fid and ap.warnings and str(ap.residual_bytes) in str(fid[0].message)
+    else:  # within the plan: no warning, a note when not equal
+        assert not fid and not ap.warnings
+        assert ap.residual_bytes == ap.predicted_residual_bytes or any(
+            str(ap.residual_bytes) in n for n in ap.notes)
