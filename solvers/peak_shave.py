@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.errors import BudgetFormatError, InvalidGraphError
+from remat.errors import BudgetFormatError, InvalidGraphError, RematError
 
 __all__ = ["ShaveResult", "shave_peak"]
 
@@ -190,6 +190,7 @@ def shave_peak(
     Raises:
       InvalidGraphError: an edge is not ``src < dst`` within ``0..n-1``, or lengths differ.
       BudgetFormatError: a negative or fractional budget.
+      RematError: ``time_limit <= 0`` or a negative ``max_moves``.
     """
     t0 = time.perf_counter()
     s = np.asarray(sizes, dtype=np.int64)
@@ -203,6 +204,9 @@ def shave_peak(
                                 "(nodes in topological index order)")
     if int(budget) != budget or budget < 0:
         raise BudgetFormatError(f"budget must be a non-negative number of bytes, got {budget!r}")
+    if not time_limit > 0 or (max_moves is not None and max_moves < 0):
+        raise RematError(f"shave_peak needs time_limit > 0 and max_moves >= 0, got {time_limit}, "
+                         f"{max_moves}")
     budget = int(budget)
     max_moves = 4 * n if max_moves is None else int(max_moves)
     if n == 0:

@@ -100,6 +100,8 @@ def test_typed_errors():
         shave_peak([1, 1], [1.0, 1.0], np.array([[0, 1]]), 2.5)
     with pytest.raises(RematError):
         PeakShave(orders=-1)
+    with pytest.raises(RematError):
+        shave_peak([1, 1], [1.0, 1.0], np.array([[0, 1]]), 5, time_limit=0)
 
 
 def test_checkmate_lists_peak_shave_among_its_warm_starts():
