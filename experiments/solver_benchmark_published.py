@@ -108,7 +108,7 @@ FIELDS = [
     "method", "policy", "status", "solver_status", "objective", "no_remat_objective", "overhead",
     "peak_bytes", "peak_over_budget", "peak_ok", "gap", "solve_time_s", "wall_s",
     "min_feasible_bytes", "recomputations", "steps", "time_limit_s", "error", "detail",
-    "finished_at", "command", "plan_order",
+    "finished_at", "command", "plan_order", "policy_wall_s",
 ]
 
 
@@ -256,12 +256,15 @@ def solve_instance(path: str, method: str, budget: int, time_limit: float,
         desc = r["status"]
         if "overhead" in r and r["status"] in ("ok", "over_budget"):
             desc += f" overhead={r['overhead']:.4f} peak/budget={r.get('peak_over_budget', 0):.3f}"
+        desc += f" ({r['wall_s']:.1f} s)"
         tried.append(f"{name}: {desc}")
         if r["status"] == "ok" and (best is None or r["objective"] < best["objective"]):
             best = r
     detail = "; ".join(tried)
     if best is not None:
-        best = dict(best, detail=detail, wall_s=time.perf_counter() - t0)
+        # wall_s: every heuristic of the row; policy_wall_s: the chosen one alone
+        best = dict(best, detail=detail, policy_wall_s=best["wall_s"],
+                    wall_s=time.perf_counter() - t0)
         return best
     # no heuristic fits: try to prove that no schedule at all fits (pebbling lower bound)
     if proof_time > 0:
@@ -374,7 +377,9 @@ def sweep(args) -> list[dict[str, str]]:
     # keep only the newest row per key in the file when re-running (rewrite without the stale ones)
     stale = {(i[0].name, _fmt_m(i[2]), i[3]) for i in todo}
     kept = [r for r in old if (r["graph"], r["m"], r["method"]) not in stale]
-    if len(kept) != len(old) or not out.exists():
+    with open(out, newline="") if out.exists() else open(os.devnull) as f:
+        header = next(csv.reader(f), [])
+    if len(kept) != len(old) or not out.exists() or header != FIELDS:  # new columns: rewrite
         with open(out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
             w.writeheader()
