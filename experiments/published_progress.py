@@ -70,7 +70,10 @@ def wall(r: dict[str, str]) -> float | None:
 
 
 def _program_order(r: dict[str, str]) -> bool:
-    return r["method"] != "reorder" and not r.get("plan_order")
+    """Whether the row's plan runs the nodes in the graph's order (column ``plan_order``;
+    rows older than that column: every method but ``reorder``)."""
+    order = r.get("plan_order") or ("min_peak" if r["method"] == "reorder" else "program")
+    return order == "program"
 
 
 def instance_bound(rows: Sequence[dict[str, str]]) -> float:

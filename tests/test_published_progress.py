@@ -30,6 +30,9 @@ def test_another_order_is_held_to_the_order_free_bound():
     assert not qualifies(_row("reorder", 1.25, 1), bound, 0.05)  # reordered: 1.25 > 1.05
     assert not qualifies(_row("heuristic", 1.25, 1, plan_order="greedy2"), bound, 0.05)
     assert qualifies(_row("reorder", 1.04, 1), bound, 0.05)
+    # the order search found nothing better than the program's order: the program's bound
+    assert qualifies(_row("reorder", 1.25, 1, plan_order="program"), bound, 0.05)
+    assert qualifies(_row("heuristic", 1.25, 1, plan_order="program"), bound, 0.05)
     assert not qualifies(_row("heuristic", 1.0, 1, peak_ok="False"), bound, 0.05)
     assert qualifies(_row("milp", 1.9, 1, solver_status="optimal"), 1.0, 0.05)  # proven optimal
     assert not qualifies(_row("lp", 1.9, 1, solver_status="optimal"), 1.0, 0.05)
