@@ -77,3 +77,28 @@ def test_bad_arguments_are_typed_errors():
             oi.program_order_lp(g, b, 10)
     with pytest.raises(RematError):
         oi.program_order_lp(g, 1000, 0)
+
+
+def test_shaved_peak_is_a_real_schedules_peak_and_no_higher_than_its_order():
+    """The peak ``shaved_peak`` reports is the replayed peak of the schedule it returns (in the
+    relabelled graph), never above the order's own no-recomputation peak, and never below the
+    single-step need; 0 orders: nothing."""
+    from policies.from_checkpoints import plan_from_steps
+    from policies.reorder import relabel
+    from remat.graph import make_graph
+    from solvers.olla import order_peak
+
+    rng = np.random.default_rng(7)
+    n = 40
+    edges = [(i, i + 1) for i in range(n - 1)]
+    edges += [(int(a), int(b)) for a, b in rng.integers(0, n, (60, 2)) if a < b - 1]
+    g = make_graph([f"v{i}" for i in range(n)], sorted(set(edges)),
+                   out_bytes=[int(x) for x in rng.integers(10, 200, n)],
+                   time_s=[float(x) for x in rng.uniform(1, 3, n)])
+    b = int(0.6 * g.no_remat_peak())
+    peak, src, order, steps = oi.shaved_peak(g, b, 4)
+    g2 = relabel(g, order)
+    assert replay(g2, plan_from_steps(g2, steps)).peak_bytes == peak
+    assert min_step_bytes(g) <= peak <= order_peak(g.sizes, g.edge_array, np.asarray(order))
+    assert src.startswith("peak_shave in greedy order")
+    assert oi.shaved_peak(g, b, 0) == (None, "", None, None)
