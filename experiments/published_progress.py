@@ -140,11 +140,6 @@ def progress_rows(before: Sequence[dict[str, str]], now: Sequence[dict[str, str]
     return res
 
 
-def _read(path: Path) -> list[dict[str, str]]:
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, required=True, help="an earlier published_benchmark.csv")
@@ -153,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
-    rows = progress_rows(_read(a.before), _read(a.now), a.mults, a.tol)
+    from experiments.solver_benchmark_published import read_rows
+
+    rows = progress_rows(read_rows(a.before), read_rows(a.now), a.mults, a.tol)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with a.out.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
