@@ -143,12 +143,16 @@ def shaved_peak(graph, budget: int, orders: int, *, time_limit: float = 20.0
     ``max(32, 4 * orders)`` restarts; more than the ``peak_shave`` policy's 3, whose result the
     benchmark rows hold).  Returns ``(peak, source, order, steps)``: the order (graph node
     indices) and the frontier-form steps of the relabelled graph that reach it, or ``None``s
-    when ``orders`` is 0."""
+    when ``orders`` is 0.  Raises :class:`~remat.errors.RematError` for negative ``orders``;
+    a bad budget or time limit raises :func:`~solvers.peak_shave.shave_peak`'s typed errors."""
     from policies.reorder import relabel
+    from remat.errors import RematError
     from solvers.order_search import greedy_orders
     from solvers.peak_shave import shave_peak
 
-    if orders <= 0:
+    if orders < 0:
+        raise RematError(f"orders must be >= 0 (0: none), got {orders!r}")
+    if orders == 0:
         return None, "", None, None
     cands = greedy_orders(graph.sizes, graph.edge_array, restarts=max(32, 4 * orders))[:orders]
     found = []

@@ -39,6 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 NOW = HERE / "results" / "published_benchmark.csv"
 OUT = HERE / "results" / "published_progress.csv"
+REQUIRED = ("graph", "n", "m", "method", "status", "overhead", "wall_s")
 FIELDS = ["graph", "n", "m", "before_best_overhead", "before_best_method", "before_best_wall_s",
           "before_all_methods_wall_s", "now_best_overhead", "now_best_method", "now_best_wall_s",
           "bound_overhead", "now_fastest_method", "now_fastest_overhead", "now_fastest_wall_s",
@@ -100,7 +101,21 @@ def qualifies(r: dict[str, str], bound: float, tol: float) -> bool:
 
 def progress_rows(before: Sequence[dict[str, str]], now: Sequence[dict[str, str]],
                   mults: Sequence[float] = (0.9, 0.8), tol: float = 0.05) -> list[dict[str, Any]]:
-    """One row per (graph, m) of ``now`` with ``m`` in ``mults`` (see the module docstring)."""
+    """One row per (graph, m) of ``now`` with ``m`` in ``mults`` (see the module docstring).
+
+    Raises:
+      RematError: ``tol`` negative, or a row without one of the benchmark's key columns.
+    """
+    from remat.errors import RematError
+
+    if not tol >= 0:
+        raise RematError(f"tol must be >= 0, got {tol!r}")
+    for which, rows in (("before", before), ("now", now)):
+        for r in rows:
+            missing = [c for c in REQUIRED if c not in r]
+            if missing:
+                raise RematError(f"{which} table: row without column(s) {missing} "
+                                 f"(not a published_benchmark.csv?)")
     def group(rows):
         out: dict[tuple[str, float], list[dict[str, str]]] = {}
         for r in rows:
@@ -149,7 +164,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     from experiments.solver_benchmark_published import read_rows
+    from remat.errors import RematError
 
+    for path in (a.before, a.now):
+        if not path.is_file():
+            raise RematError(f"no benchmark table at {path}")
     rows = progress_rows(read_rows(a.before), read_rows(a.now), a.mults, a.tol)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with a.out.open("w", newline="") as f:

@@ -102,3 +102,15 @@ def test_shaved_peak_is_a_real_schedules_peak_and_no_higher_than_its_order():
     assert min_step_bytes(g) <= peak <= order_peak(g.sizes, g.edge_array, np.asarray(order))
     assert src.startswith("peak_shave in greedy order")
     assert oi.shaved_peak(g, b, 0) == (None, "", None, None)
+
+
+def test_shaved_peak_rejects_bad_input_with_typed_errors():
+    import pytest
+
+    from remat.errors import BudgetFormatError, RematError
+
+    g = _graph()
+    with pytest.raises(RematError, match="orders"):
+        oi.shaved_peak(g, int(g.no_remat_peak()), -1)
+    with pytest.raises(BudgetFormatError):
+        oi.shaved_peak(g, -5, 2)

@@ -112,3 +112,17 @@ def test_benchmark_heuristic_row_records_the_chosen_policy_time_and_rewrites_an_
     assert 0 < float(r["policy_wall_s"]) <= float(r["wall_s"])
     for name in ("sqrtn", "peak_shave"):
         assert f"{name}: " in r["detail"] and " s)" in r["detail"].split(f"{name}: ")[1].split(";")[0]
+
+
+def test_bad_input_is_a_typed_error(tmp_path):
+    import pytest
+
+    from remat.errors import RematError
+
+    with pytest.raises(RematError, match="tol"):
+        progress_rows([], [_row("milp", 1.0, 1.0)], tol=-0.1)
+    with pytest.raises(RematError, match="overhead"):
+        progress_rows([{"graph": "g", "n": "1", "m": "0.8", "method": "milp", "status": "ok",
+                        "wall_s": "1"}], [])
+    with pytest.raises(RematError, match="no benchmark table"):  # not an empty 'before'
+        main(["--before", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o.csv")])
