@@ -393,8 +393,10 @@ def sweep(args) -> list[dict[str, str]]:
     # keep only the newest row per key in the file when re-running (rewrite without the stale ones)
     stale = {(i[0].name, _fmt_m(i[2]), i[3]) for i in todo}
     kept = [r for r in old if (r["graph"], r["m"], r["method"]) not in stale]
-    with open(out, newline="") if out.exists() else open(os.devnull) as f:
-        header = next(csv.reader(f), [])
+    header: list[str] = []
+    if out.exists():
+        with open(out, newline="") as f:
+            header = next(csv.reader(f), [])
     if len(kept) != len(old) or not out.exists() or header != FIELDS:  # new columns: rewrite
         with open(out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
