@@ -118,6 +118,12 @@ class ChainDP(BasePolicy):
         only (no checkpoint drops) with rounded sizes, vectorised: 500-layer chains in seconds.
       max_first: fast mode: at most this many first checkpoints per DP state (an explicit
         approximation, status ``"feasible"``); ``None`` = all.
+      polish: when the DP was not exact (sizes rounded to levels, or ``max_first``), remove
+        recomputations from its schedule while the replayed peak fits the real budget
+        (:func:`solvers.pebbling_search.prune_recomputation`; ``meta["dp_cost_unpolished"]``
+        keeps the DP's own cost).  Rounding sizes up leaves bytes unused: the default
+        1000-layer chain of ``experiments/chain_dp_timing.py`` peaked at 52 % of its budget
+        with 1.217x; polished, 100 % and 1.124x, in 0.02 s.  Exact plans are never touched.
 
     ``meta["status"]`` is ``"optimal"`` when no size was rounded: optimal over the DP's class
     (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp`), which matched an
@@ -133,6 +139,7 @@ class ChainDP(BasePolicy):
     max_levels: int | None = None
     mode: str = "auto"
     max_first: int | None = None
+    polish: bool = True
 
     shortcut = True
 
@@ -185,10 +192,27 @@ class ChainDP(BasePolicy):
                     plan = cand
                     break
             plan = self._inflate(graph, b, prob, sol.unit, plan, build, kw)
+        plan = self._polish(graph, b, plan)
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
         return plan
+
+    def _polish(self, graph: Graph, b: int, plan: Plan) -> Plan:
+        """The ``polish`` option: the plan with recomputations pruned (one node per step, as
+        the DP's plans), or ``plan`` itself when it is exact or nothing could go."""
+        from solvers.pebbling_search import prune_recomputation
+
+        if not self.polish or plan.meta.get("exact", True):
+            return plan
+        seq = [int(v) for v in replay(graph, plan, strict=True).node]
+        costs = np.asarray(graph.costs, dtype=float)
+        pruned = prune_recomputation(seq, graph.preds, graph.sizes, costs, b)
+        if len(pruned) == len(seq):
+            return plan
+        meta = {k: v for k, v in plan.meta.items() if k != "policy"}
+        return plan_from_steps(graph, [[v] for v in pruned], **meta,
+                               dp_cost_unpolished=float(costs[seq].sum()))
 
     @staticmethod
     def _inflate(graph: Graph, b: int, prob: ChainProblem, unit: int, plan: Plan, build,
@@ -254,6 +278,7 @@ class ChainDP(BasePolicy):
                 break
             plan = build(got[0], got[1], False, slack)
             slack *= 2
+        plan = self._polish(graph, b, plan)
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
