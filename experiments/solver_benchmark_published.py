@@ -80,6 +80,11 @@ first command ran before that column existed), one after the other on the 2-core
     RL="random_layered_n500_ random_layered_n1000_ random_layered_n100_ random_layered_n250_"
     $P --hard-timeout 1500 --graphs $RL --mults 0.9 0.8 --methods heuristic --force --proof-time 60
 
+Once ``Pebbling`` had the complete witness search (:mod:`solvers.pebbling_search`; it decided
+n = 250 at m = 0.6, the last open instance), the random layered heuristic rows at m = 0.7/0.6::
+
+    $P --hard-timeout 1500 --graphs random_layered --mults 0.7 0.6 --methods heuristic --force --proof-time 60
+
 The full protocol (300 s per solve, every graph) is the default:
 
     python -m experiments.solver_benchmark_published

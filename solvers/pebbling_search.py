@@ -47,6 +47,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from remat.errors import BudgetFormatError, InvalidGraphError, RematError
+from solvers.bounds import node_step_bytes
 
 __all__ = ["Decision", "copy_ends", "decide", "prune_recomputation", "sequence_live_bytes"]
 
@@ -217,7 +218,8 @@ def decide(
     def result(status, schedule=None, peak=None, node=None, proof=None, states=0):
         return Decision(status, B, schedule, peak, node, proof, states, time.perf_counter() - t0)
 
-    need = [sz[v] + sum(sz[p] for p in set(P[v])) for v in range(n)]
+    edges = np.array([(p, v) for v in range(n) for p in P[v]], dtype=np.int64).reshape(-1, 2)
+    need = node_step_bytes(np.asarray(sz, dtype=np.int64), edges).tolist()
     over = [v for v in range(n) if need[v] > B]
     if over:
         return result("infeasible", node=max(over, key=lambda v: need[v]), proof="single step")
