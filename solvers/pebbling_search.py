@@ -98,7 +98,7 @@ class _Searcher:
     """The backward search, its dead-state memo shared by every target of one budget."""
 
     def __init__(self, preds, sizes, budget: int, max_states: int, deadline: float):
-        self.pm = [sum(1 << int(p) for p in ps) for ps in preds]
+        self.pm = [sum(1 << p for p in {int(q) for q in ps}) for ps in preds]  # bit sets
         self.sz = sizes
         self.budget = budget
         self.dead: set[int] = set()
@@ -294,7 +294,7 @@ def prune_recomputation(seq: Sequence[int], preds: Sequence[Sequence[int]], size
     E = len(seq)
     if E == 0:
         return seq
-    P = [[int(p) for p in preds[x]] for x in range(len(sizes))]
+    P = [sorted({int(p) for p in preds[x]}) for x in range(len(sizes))]  # each input once
     sz = [int(v) for v in sizes]
     c = np.asarray(costs, dtype=float)
     live = sequence_live_bytes(seq, P, sz).astype(np.int64)

@@ -180,3 +180,21 @@ def test_witness_plans_through_the_drop_in(frontend):
     assert ap.plan.meta["method"] == "witness" and ap.graph.n == g.n
     assert ap.plan.meta["peak_bytes"] <= budget < g.no_remat_peak()
     assert_residuals_within_plan_or_warned(ap, fid)
+
+
+def test_repeated_inputs_zero_sizes_isolated_nodes_and_the_empty_graph():
+    """An input listed twice counts once (a bit-set sum once made it another node), zero-size
+    values and a node nobody reads are scheduled, and the empty graph fits any budget."""
+    dup = [(), (0, 0), (1, 0, 1), (), (2, 2)]
+    once = [(), (0,), (0, 1), (), (2,)]
+    sizes = [3, 0, 4, 5, 2]
+    for b in range(4, 16):
+        a, c = decide(dup, sizes, b), decide(once, sizes, b)
+        assert a.status == c.status and a.schedule == c.schedule, b
+        if a.status == "feasible":
+            assert sorted(set(a.schedule)) == list(range(5))
+            assert int(sequence_live_bytes(a.schedule, dup, sizes).max()) <= b
+            pruned = prune_recomputation(a.schedule, dup, sizes, np.ones(5), b)
+            assert int(sequence_live_bytes(pruned, dup, sizes).max()) <= b
+    assert decide(once, sizes, 6).status == "infeasible"  # node 2 needs 3 + 0 + 4 = 7 B
+    assert decide([], [], 0).status == "feasible"
