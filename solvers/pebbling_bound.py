@@ -57,6 +57,32 @@ class _Limit(Exception):
     pass
 
 
+def check_inputs(preds: Sequence[Sequence[int]], sizes: Sequence[int], budget: int
+                 ) -> tuple[list[list[int]], list[int], int]:
+    """``(preds, sizes, budget)`` as Python ints, after the checks every pebbling search needs.
+
+    Raises:
+      InvalidGraphError: ``preds``/``sizes`` lengths differ, a size is negative, or an input
+        index is not smaller than its reader's (the searches rely on topological indices).
+      BudgetFormatError: a negative, fractional or boolean budget.
+    """
+    n = len(sizes)
+    if len(preds) != n:
+        raise InvalidGraphError(f"preds has {len(preds)} entries but sizes has {n}")
+    P = [[int(p) for p in ps] for ps in preds]
+    sz = [int(s) for s in sizes]
+    for v in range(n):
+        if sz[v] < 0:
+            raise InvalidGraphError(f"negative output size {sz[v]}", node=v)
+        bad = [p for p in P[v] if not 0 <= p < v]
+        if bad:
+            raise InvalidGraphError(
+                f"input {bad[0]} is not an earlier node (indices must be topological)", node=v)
+    if isinstance(budget, bool) or int(budget) != budget or budget < 0:
+        raise BudgetFormatError(f"budget must be a non-negative number of bytes, got {budget!r}")
+    return P, sz, int(budget)
+
+
 def prove_infeasible(
     preds: Sequence[Sequence[int]],
     sizes: Sequence[int],
@@ -85,21 +111,9 @@ def prove_infeasible(
       BudgetFormatError: a negative or fractional budget.
     """
     t0 = time.perf_counter()
-    n = len(sizes)
-    if len(preds) != n:
-        raise InvalidGraphError(f"preds has {len(preds)} entries but sizes has {n}")
-    P = [frozenset(int(p) for p in ps) for ps in preds]
-    sz = [int(s) for s in sizes]
-    for v in range(n):
-        if sz[v] < 0:
-            raise InvalidGraphError(f"negative output size {sz[v]}", node=v)
-        bad = [p for p in P[v] if not 0 <= p < v]
-        if bad:
-            raise InvalidGraphError(
-                f"input {bad[0]} is not an earlier node (indices must be topological)", node=v)
-    if int(budget) != budget or budget < 0:
-        raise BudgetFormatError(f"budget must be a non-negative number of bytes, got {budget!r}")
-    budget = int(budget)
+    P0, sz, budget = check_inputs(preds, sizes, budget)
+    n = len(sz)
+    P = [frozenset(ps) for ps in P0]
     if nodes is None:
         nodes = sorted(range(n), key=lambda v: -(sz[v] + sum(sz[p] for p in P[v])))
     proven: dict[frozenset, bool] = {}

@@ -46,8 +46,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.errors import BudgetFormatError, InvalidGraphError, RematError
+from remat.errors import InvalidGraphError, RematError
 from solvers.bounds import node_step_bytes
+from solvers.pebbling_bound import check_inputs
 
 __all__ = ["Decision", "copy_ends", "decide", "prune_recomputation", "sequence_live_bytes"]
 
@@ -164,24 +165,6 @@ class _Searcher:
         return None
 
 
-def _check_inputs(preds, sizes, budget) -> tuple[list[list[int]], list[int], int]:
-    n = len(sizes)
-    if len(preds) != n:
-        raise InvalidGraphError(f"preds has {len(preds)} entries but sizes has {n}")
-    P = [[int(p) for p in ps] for ps in preds]
-    sz = [int(s) for s in sizes]
-    for v in range(n):
-        if sz[v] < 0:
-            raise InvalidGraphError(f"negative output size {sz[v]}", node=v)
-        bad = [p for p in P[v] if not 0 <= p < v]
-        if bad:
-            raise InvalidGraphError(
-                f"input {bad[0]} is not an earlier node (indices must be topological)", node=v)
-    if isinstance(budget, bool) or int(budget) != budget or budget < 0:
-        raise BudgetFormatError(f"budget must be a non-negative number of bytes, got {budget!r}")
-    return P, sz, int(budget)
-
-
 def decide(
     preds: Sequence[Sequence[int]],
     sizes: Sequence[int],
@@ -209,7 +192,7 @@ def decide(
       RematError: ``max_states < 1`` or ``time_limit <= 0``.
     """
     t0 = time.perf_counter()
-    P, sz, B = _check_inputs(preds, sizes, budget)
+    P, sz, B = check_inputs(preds, sizes, budget)
     if int(max_states) != max_states or max_states < 1 or not time_limit > 0:
         raise RematError(f"need max_states >= 1 and time_limit > 0, got {max_states!r}, "
                          f"{time_limit!r}")

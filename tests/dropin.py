@@ -40,3 +40,26 @@ def assert_residuals_within_plan_or_warned(ap, fid) -> None:
         assert not fid and not ap.warnings
         assert ap.residual_bytes == ap.predicted_residual_bytes or any(
             str(ap.residual_bytes) in n for n in ap.notes)
+
+
+def plain_dag_loss():
+    """``(loss, ws, x)``: a plain-JAX network (no modules) with skip connections and a
+    concatenation, ten 24 x 24 weights, batch 64."""
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 12)
+    ws = [jax.random.normal(keys[i], (24, 24)) / 5 for i in range(10)]
+    x = jax.random.normal(keys[11], (64, 24))
+
+    def loss(ws, x):
+        h = [jnp.tanh(x @ ws[0])]
+        for i in range(1, 9):
+            z = h[-1] @ ws[i]
+            if i % 3 == 0:
+                z = z + h[-3]
+            if i == 5:
+                z = jnp.concatenate([z, h[1]], axis=1)[:, :24]
+            h.append(jnp.sin(z) if i % 2 else jnp.tanh(z))
+        return jnp.mean((h[-1] @ ws[9]) ** 2)
+
+    return loss, ws, x

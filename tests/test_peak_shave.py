@@ -5,8 +5,6 @@ Checkmate warm start, and a plain-JAX drop-in with jax.value_and_grad's value an
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -115,23 +113,9 @@ def test_plain_jax_dag_drop_in_gives_the_same_value_and_gradients():
     peak shaving at 60 % of its no-remat peak (where it must recompute), through
     remat.value_and_grad: jax.value_and_grad's value and gradients, and saved residual bytes
     within the plan's or a warning naming them (here 73 728 B predicted and realised)."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from dropin import assert_residuals_within_plan_or_warned, plain_dag_loss, run_against_jax
 
-    keys = jax.random.split(jax.random.PRNGKey(0), 12)
-    ws = [jax.random.normal(keys[i], (24, 24)) / 5 for i in range(10)]
-    x = jax.random.normal(keys[11], (64, 24))
-
-    def loss(ws, x):
-        h = [jnp.tanh(x @ ws[0])]
-        for i in range(1, 9):
-            z = h[-1] @ ws[i]
-            if i % 3 == 0:
-                z = z + h[-3]
-            if i == 5:
-                z = jnp.concatenate([z, h[1]], axis=1)[:, :24]
-            h.append(jnp.sin(z) if i % 2 else jnp.tanh(z))
-        return jnp.mean((h[-1] @ ws[9]) ** 2)
-
+    loss, ws, x = plain_dag_loss()
     vg = remat.value_and_grad(loss, PeakShave(budget="60%"), stages="eqn")
     ap, fid = run_against_jax(vg, loss, ws, x)
     g, plan = ap.graph, ap.plan

@@ -3,8 +3,6 @@ method: decisions against an exhaustive search of every schedule on tiny DAGs, t
 memory against remat's replay, recomputation pruning, the published n = 250 instance no other
 method fitted, typed errors, and witness plans through the drop-in on code we did not write."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from bench_graphs import FILES, needs_bench
@@ -135,25 +133,6 @@ def test_typed_errors():
         Pebbling(witness_states=0).plan(g, budget="80%")
 
 
-def _plain_dag_loss():
-    keys = jax.random.split(jax.random.PRNGKey(1), 10)
-    ws = [jax.random.normal(keys[i], (16, 16)) / 4 for i in range(8)]
-    x = jax.random.normal(keys[9], (32, 16))
-
-    def loss(ws, x):
-        h = [jnp.tanh(x @ ws[0])]
-        for i in range(1, 7):
-            z = h[-1] @ ws[i]
-            if i % 2 == 0:
-                z = z + h[-2]
-            if i == 3:
-                z = jnp.concatenate([z, h[0]], axis=1)[:, :16]
-            h.append(jnp.sin(z))
-        return jnp.mean((h[-1] @ ws[7]) ** 2)
-
-    return loss, ws, x
-
-
 @pytest.mark.parametrize("frontend", ("plain-dag",) + FRONTENDS)
 def test_witness_plans_through_the_drop_in(frontend):
     """Witness plans halfway between the largest single-step need and the no-remat peak,
@@ -161,10 +140,10 @@ def test_witness_plans_through_the_drop_in(frontend):
     and gradients of jax.value_and_grad (rtol 1e-5), saved residual bytes within the plan's or
     a warning naming them; plain JAX with skips and a concatenation, and generated linen, nnx,
     Equinox and plain models with a scanned stack under a loss no backward node reads."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from dropin import assert_residuals_within_plan_or_warned, plain_dag_loss, run_against_jax
 
     if frontend == "plain-dag":
-        loss, params, batch = _plain_dag_loss()
+        loss, params, batch = plain_dag_loss()
         kw = dict(stages="eqn")
     else:
         loss, params, batch = build(Spec(
