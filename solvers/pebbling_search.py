@@ -232,11 +232,15 @@ def copy_ends(seq: Sequence[int], preds: Sequence[Sequence[int]]) -> np.ndarray:
     nothing reads it).
 
     Raises:
-      InvalidGraphError: an event runs before one of its inputs was ever computed.
+      InvalidGraphError: an event names no node of ``preds``, or runs before one of its inputs
+        was ever computed.
     """
     latest: dict[int, int] = {}
     end = np.arange(len(seq))
+    n = len(preds)
     for i, x in enumerate(seq):
+        if not 0 <= int(x) < n:
+            raise InvalidGraphError(f"event {i} runs node {x}, not one of the {n} nodes")
         for p in preds[x]:
             j = latest.get(p)
             if j is None:
@@ -270,16 +274,23 @@ def prune_recomputation(seq: Sequence[int], preds: Sequence[Sequence[int]], size
     checked against the budget.  Candidates are tried the most expensive first; passes repeat
     until one removes nothing.  The first computation of every node stays.  Returns the new
     run order, whose peak (:func:`sequence_live_bytes`) is within ``max(budget, peak of seq)``.
+
+    Raises:
+      InvalidGraphError: ``preds``/``sizes``/``costs`` lengths differ, or ``seq`` is not a run
+        order of the graph (:func:`copy_ends`).
+      BudgetFormatError: a negative, fractional or boolean budget.
     """
     import bisect
 
+    P0, sz, budget = check_inputs(preds, sizes, budget)
+    c = np.asarray(costs, dtype=float).reshape(-1)
+    if len(c) != len(sz):
+        raise InvalidGraphError(f"costs has {len(c)} entries but sizes has {len(sz)}")
     seq = [int(x) for x in seq]
     E = len(seq)
     if E == 0:
         return seq
-    P = [sorted({int(p) for p in preds[x]}) for x in range(len(sizes))]  # each input once
-    sz = [int(v) for v in sizes]
-    c = np.asarray(costs, dtype=float)
+    P = [sorted(set(ps)) for ps in P0]  # each input once
     live = sequence_live_bytes(seq, P, sz).astype(np.int64)
     limit = max(int(budget), int(live.max()))
     alive = np.ones(E, dtype=bool)

@@ -125,6 +125,12 @@ def test_typed_errors():
         decide(g.preds, g.sizes, 100, max_states=0)
     with pytest.raises(InvalidGraphError):
         sequence_live_bytes([1, 0], [(), (0,)], [1, 1])  # node 1 before its input
+    with pytest.raises(InvalidGraphError):
+        sequence_live_bytes([0, 2], [(), (0,)], [1, 1])  # no node 2
+    with pytest.raises(InvalidGraphError):
+        prune_recomputation([0, 1], [(), (0,)], [1, 1], [1.0], 5)  # costs too short
+    with pytest.raises(BudgetFormatError):
+        prune_recomputation([0, 1], [(), (0,)], [1, 1], [1.0, 1.0], -1)
     with pytest.raises(BudgetFormatError):
         Pebbling(method="bogus").plan(g, budget="80%")
     with pytest.raises(RematError):
