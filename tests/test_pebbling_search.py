@@ -8,6 +8,7 @@ import pytest
 from bench_graphs import FILES, needs_bench
 from generated_models import FRONTENDS, Spec, build
 from test_pebbling import _exact_min_peak, _random_dag
+from test_policy_properties import EXAMPLES
 
 import remat
 from policies.pebbling import Pebbling
@@ -77,6 +78,8 @@ def test_auto_keeps_the_cheaper_of_the_two_methods(seed, frac):
     assert cost["auto"] == cost[cheaper] and plans["auto"].meta["method"] == cheaper
     assert plans["auto"].meta["witness"] == "feasible"
 
+
+SCANNED_SKIPS = EXAMPLES[0]  # skips, a concatenation, a scanned stack, a loss nobody reads
 
 N250 = [f for f in FILES if f.name.startswith("random_layered_n250_")]
 
@@ -152,10 +155,7 @@ def test_witness_plans_through_the_drop_in(frontend):
         loss, params, batch = plain_dag_loss()
         kw = dict(stages="eqn")
     else:
-        loss, params, batch = build(Spec(
-            widths=(8, 12, 8, 12, 4), acts=("tanh", "relu", "gelu", "sigmoid", "tanh"),
-            kinds=("dense", "dense", "concat", "add", "dense"), skips=(-1, -1, 0, 1, -1),
-            loss="sumsq", scan=2, frontend=frontend))
+        loss, params, batch = build(Spec(frontend=frontend, **SCANNED_SKIPS))
         kw = {}
     g = remat.extract(loss, params, batch, **kw)
     need = frontier_lower_bound(g.sizes, g.edge_array)
@@ -210,10 +210,7 @@ def test_witness_plans_measured_by_the_executor(frontend):
     if frontend == "plain-dag":
         loss, params, batch = plain_dag_loss()
     else:
-        loss, params, batch = build(Spec(
-            widths=(8, 12, 8, 12, 4), acts=("tanh", "relu", "gelu", "sigmoid", "tanh"),
-            kinds=("dense", "dense", "concat", "add", "dense"), skips=(-1, -1, 0, 1, -1),
-            loss="sumsq", scan=2, frontend=frontend))
+        loss, params, batch = build(Spec(frontend=frontend, **SCANNED_SKIPS))
     g = remat.extract(loss, params, batch)
     budget = (frontier_lower_bound(g.sizes, g.edge_array) + g.no_remat_peak()) // 2
     plan = Pebbling(method="witness", budget=budget).plan(g)
