@@ -12,7 +12,13 @@ from test_policy_properties import EXAMPLES
 
 import remat
 from policies.pebbling import Pebbling
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError, RematError
+from remat.errors import (
+    BudgetFormatError,
+    InfeasibleBudgetError,
+    InvalidGraphError,
+    RematError,
+    UnknownNameError,
+)
 from remat.schedule import replay
 from solvers.bounds import frontier_lower_bound
 from solvers.pebbling_search import copy_ends, decide, prune_recomputation, sequence_live_bytes
@@ -56,14 +62,15 @@ def test_witness_plan_replays_as_its_run_order(seed):
     assert plan.R.any(axis=0).all()
 
 
-def test_prune_removes_every_recomputation_when_memory_allows():
+@pytest.mark.parametrize("order", ["cost", "density"])
+def test_prune_removes_every_recomputation_when_memory_allows(order):
     g = remat.chain_graph(8, sizes=3)
     tight = decide(g.preds, g.sizes, int(0.45 * g.no_remat_peak()))
     seq = list(tight.schedule)
     assert len(seq) > g.n  # the tight witness recomputes
-    loose = prune_recomputation(seq, g.preds, g.sizes, g.costs, int(g.sizes.sum()))
+    loose = prune_recomputation(seq, g.preds, g.sizes, g.costs, int(g.sizes.sum()), order=order)
     assert sorted(loose) == list(range(g.n))  # each node once
-    same = prune_recomputation(seq, g.preds, g.sizes, g.costs, tight.peak_bytes)
+    same = prune_recomputation(seq, g.preds, g.sizes, g.costs, tight.peak_bytes, order=order)
     assert _valid_witness(g, same, tight.peak_bytes)
     assert g.costs[same].sum() <= g.costs[seq].sum()
 
@@ -134,6 +141,8 @@ def test_typed_errors():
         prune_recomputation([0, 1], [(), (0,)], [1, 1], [1.0], 5)  # costs too short
     with pytest.raises(BudgetFormatError):
         prune_recomputation([0, 1], [(), (0,)], [1, 1], [1.0, 1.0], -1)
+    with pytest.raises(UnknownNameError):
+        prune_recomputation([0, 1], [(), (0,)], [1, 1], [1.0, 1.0], 5, order="size")
     with pytest.raises(BudgetFormatError):
         Pebbling(method="bogus").plan(g, budget="80%")
     with pytest.raises(RematError):
