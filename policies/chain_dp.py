@@ -24,7 +24,7 @@ from remat.errors import (
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
-from solvers.chain_dp import ChainProblem, _use_fast, compiled_available, solve_chain
+from solvers.chain_dp import ChainProblem, _units, _use_fast, compiled_available, solve_chain
 
 
 def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
@@ -96,6 +96,41 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], lis
     return prob, fwd, bwd, isolated
 
 
+#: levels of the coarse fill of the compiled fast path (:func:`level_portfolio`)
+COARSE_LEVELS = 16
+#: most levels of a compiled fill (and the exact fill's limit: below it sizes are never rounded)
+MAX_LEVELS = 256
+#: element-steps (:func:`level_portfolio`) a 256-level compiled fill may take to be tried
+#: besides the coarse one: about 0.6 s on the 2-core machine of
+#: ``experiments/chain_dp_timing.py`` (2.2e-10 s each), chains up to ~400 layers
+LEVEL_WORK = 2.7e9
+
+
+def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = None) -> list[int]:
+    """Level counts the compiled fast path fills, each its own DP (finest first).
+
+    ``max_levels`` given: that count alone.  Else ``[256]`` when 256 levels hold the budget in
+    units of the sizes' gcd (no rounding: the persistent optimum).  Else ``COARSE_LEVELS``
+    (16), preceded by 256 when a 256-level fill stays within ``LEVEL_WORK`` element-steps, the
+    work of one level being ``sum_k (x_k + 1)(x_k + 2) / 2`` (every state's first checkpoints,
+    ``x_k`` the forward value backward node ``k`` reads; ``K^3 / 6`` for
+    ``remat.chain_graph``).  Why these two (``experiments/chain_dp_levels.py``): once sizes are
+    rounded, polishing decides most of the cost and the coarse table is often the better start
+    (1000 layers, 1..8 MiB, 30 %: 16 levels 1.1544x, 256 levels 1.1632x, the persistent
+    optimum 1.1540x), but 256 levels win on shorter chains at tight budgets (200 layers, 1..99
+    bytes, 20 %: 16 levels 1.1993x, 256 levels 1.1895x, optimum 1.1890x).  Intermediate counts
+    did not pay: at 500 layers 128 + 16 levels gave the 16-level plan on all 8 chains and
+    budgets, in 1.0-1.4 s against 0.2-0.3 s.
+    """
+    if max_levels is not None:
+        return [int(max_levels)]
+    if _units(prob, int(budget), MAX_LEVELS)[3]:
+        return [MAX_LEVELS]
+    x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
+    work = float(np.sum((x + 1) * (x + 2) / 2))
+    return [MAX_LEVELS, COARSE_LEVELS] if MAX_LEVELS * work <= LEVEL_WORK else [COARSE_LEVELS]
+
+
 def ops_to_steps(ops, fwd: list[int], bwd: list[int], isolated: list[int] = ()) -> list[list[int]]:
     """One step per isolated node, then one per operation: ``("f", j)`` -> ``[fwd[j]]``,
     ``("b", k)`` -> ``[bwd[k]]``."""
@@ -111,8 +146,11 @@ class ChainDP(BasePolicy):
     Args:
       budget: activation bytes (or ``"60%"``, ``"512MiB"``); ``None`` = unlimited (no
         recomputation, as checkpoint-all).
-      max_levels: most memory levels in the DP table; beyond, sizes are rounded up (status
-        ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode), 256 (fast).
+      max_levels: most memory levels in the DP table; beyond, sizes are rounded (status
+        ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode); in the compiled
+        fast mode the level portfolio of :func:`level_portfolio` (256 levels when they hold
+        the budget without rounding, else 16, and 256 too on chains up to ~400 layers), each
+        polished, the cheapest kept (``meta["dp_levels_tried"]``); 256 without numba.
       mode: ``"exact"``, ``"fast"`` or ``"auto"`` (exact up to 32 forward values, fast beyond),
         see :func:`solvers.chain_dp.solve_chain`.  The fast mode solves the persistent recursion
         only (no checkpoint drops) with rounded sizes, vectorised: 500-layer chains in seconds.
@@ -120,10 +158,13 @@ class ChainDP(BasePolicy):
         approximation, status ``"feasible"``); ``None`` = all.
       polish: when the DP was not exact (sizes rounded to levels, or ``max_first``), remove
         recomputations from its schedule while the replayed peak fits the real budget
-        (:func:`solvers.pebbling_search.prune_recomputation`; ``meta["dp_cost_unpolished"]``
-        keeps the DP's own cost).  Rounding sizes up leaves bytes unused: the default
-        1000-layer chain of ``experiments/chain_dp_timing.py`` peaked at 52 % of its budget
-        with 1.217x; polished, 100 % and 1.124x, in 0.02 s.  Exact plans are never touched.
+        (:func:`solvers.pebbling_search.prune_recomputation`, most expensive per byte first and
+        most expensive first, the cheaper kept: ``meta["polish_order"]``;
+        ``meta["dp_cost_unpolished"]`` keeps the DP's own cost).  Rounding sizes to levels
+        distorts the DP (every size becomes a whole number of levels, at least one), and the
+        polish recovers most of it: on the issue-18 chain (1000 layers, 1..8 MiB, 30 %) 16 levels give 1.469x
+        unpolished and 1.1544x polished, the persistent optimum (no rounding, 84 s) 1.1540x;
+        ``experiments/chain_dp_levels.py``.  Exact plans are never touched.
 
     ``meta["status"]`` is ``"optimal"`` when no size was rounded: optimal over the DP's class
     (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp`), which matched an
@@ -201,18 +242,14 @@ class ChainDP(BasePolicy):
     def _polish(self, graph: Graph, b: int, plan: Plan) -> Plan:
         """The ``polish`` option: the plan with recomputations pruned (one node per step, as
         the DP's plans), or ``plan`` itself when it is exact or nothing could go."""
-        from solvers.pebbling_search import prune_recomputation
-
         if not self.polish or plan.meta.get("exact", True):
             return plan
         seq = [int(v) for v in replay(graph, plan, strict=True).node]
-        costs = np.asarray(graph.costs, dtype=float)
-        pruned = prune_recomputation(seq, graph.preds, graph.sizes, costs, b)
-        if len(pruned) == len(seq):
-            return plan
         meta = {k: v for k, v in plan.meta.items() if k != "policy"}
-        return plan_from_steps(graph, [[v] for v in pruned], **meta,
-                               dp_cost_unpolished=float(costs[seq].sum()))
+        pruned, meta = self._polish_seq(graph, b, seq, meta)
+        if pruned is seq:
+            return plan
+        return plan_from_steps(graph, [[v] for v in pruned], **meta)
 
     @staticmethod
     def _inflate(graph: Graph, b: int, prob: ChainProblem, unit: int, plan: Plan, build,
@@ -245,41 +282,97 @@ class ChainDP(BasePolicy):
 
     def _solve_compiled(self, graph: Graph, b: int, prob: ChainProblem, fwd, bwd, iso,
                         iso_peak: int) -> Plan:
-        """Fast mode with the compiled kernels: one DP fill with sizes rounded to the nearest
-        level; when the plan at the top level overshoots the budget on replay, the plans of
-        lower levels come from the same table (1, 2, 4, ... levels lower) instead of new
-        solves; sizes rounded up (always fits) only as the last resort."""
-        from solvers.chain_dp_compiled import _solve_compiled, emit_at
+        """Fast mode with the compiled kernels: a portfolio of level counts
+        (:func:`level_portfolio`), each one DP fill with sizes rounded to the nearest level;
+        when a plan overshoots the budget on replay, the plans of lower levels come from the same
+        table (1, 2, 4, ... levels lower), sizes rounded up (always fits) as the last resort.
+        Each plan is polished (both orders) and the cheapest kept.  The exact ``(min, max)``
+        recursion runs only when nothing fits (to name the smallest budget, or for its
+        smallest-peak schedule) or an isolated stage exceeds the budget."""
+        from solvers.chain_dp_compiled import cost_dp, emit_at, min_peak_dp
+        from solvers.pebbling_search import sequence_live_bytes
 
-        kw = dict(max_levels=256 if self.max_levels is None else self.max_levels,
-                  table_bytes=2**30, slack_levels=0)
-        try:
-            sol, dp = _solve_compiled(prob, b, rounding="nearest", **kw)
-        except InfeasibleBudgetError as e:
-            raise InfeasibleBudgetError(b, max(e.min_feasible_bytes, iso_peak), "ChainDP") from None
         if iso_peak > b:
-            raise InfeasibleBudgetError(b, max(sol.min_budget, iso_peak), "an isolated stage")
+            mn = int(min_peak_dp(prob).value(-1, 0, 0))
+            raise InfeasibleBudgetError(b, max(mn, iso_peak), "an isolated stage")
+        costs = np.asarray(graph.costs, dtype=float)
 
-        def build(cost, ops, exact, slack):
-            return plan_from_steps(
-                graph, ops_to_steps(ops, fwd, bwd, iso),
-                status="optimal" if exact else "feasible", dp_cost=cost,
-                min_budget=max(sol.min_budget, iso_peak), dp_unit=sol.unit, exact=exact,
-                dp_mode="fast", dp_levels=dp.Lv, dp_slack_levels=slack,
-            )
+        def seq_of(ops):
+            return list(iso) + [fwd[i] if kind == "f" else bwd[i] for kind, i in ops]
 
-        plan = build(sol.cost, sol.ops, sol.exact, 0)
-        slack = 1
-        while not sol.exact and replay(graph, plan, strict=True).peak_bytes > b:
-            got = emit_at(prob, dp, dp.Lv - slack) if slack <= dp.Lv else None
-            if got is None:  # nothing fits with nearest rounding: round sizes up
-                up, _ = _solve_compiled(prob, b, rounding="up", **kw)
-                plan = build(up.cost, up.ops, up.exact, -1)
+        def fits(seq):
+            return int(sequence_live_bytes(seq, graph.preds, graph.sizes).max(initial=0)) <= b
+
+        tried, best = [], None  # best: (cost, seq, meta)
+        for levels in level_portfolio(prob, b, self.max_levels):
+            dp, unit, exact = cost_dp(prob, b, max_levels=levels, table_bytes=2**30,
+                                      rounding="nearest", slack_levels=0)
+            got, slack = emit_at(prob, dp, dp.Lv), 0
+            seq = seq_of(got[1]) if got else None
+            while not exact and (seq is None or not fits(seq)):
+                slack = 1 if slack == 0 else 2 * slack
+                got = emit_at(prob, dp, dp.Lv - slack) if slack <= dp.Lv else None
+                if got is None:  # nothing fits with nearest rounding: round sizes up
+                    up, unit, _ = cost_dp(prob, b, max_levels=levels, table_bytes=2**30,
+                                          rounding="up", slack_levels=0)
+                    got, slack = emit_at(prob, up, up.Lv), -1
+                    seq = seq_of(got[1]) if got else None
+                    if seq is not None and not fits(seq):
+                        raise SolverError("ChainDP: a schedule with sizes rounded up overshoots"
+                                          " the budget (bug)")
+                    break
+                seq = seq_of(got[1])
+            if seq is None:
+                tried.append({"levels": levels, "cost": None})
+                continue
+            meta = dict(dp_cost=got[0], dp_unit=unit, exact=bool(exact), dp_levels=dp.Lv,
+                        dp_slack_levels=slack)
+            cost = float(costs[seq].sum())
+            if exact:  # no size rounded: optimal over the persistent class, nothing to polish
+                tried.append({"levels": levels, "cost": cost})
+                best = (cost, seq, meta)
                 break
-            plan = build(got[0], got[1], False, slack)
-            slack *= 2
-        plan = self._polish(graph, b, plan)
+            if self.polish:
+                seq, meta = self._polish_seq(graph, b, seq, meta)
+                cost = float(costs[seq].sum())
+            tried.append({"levels": levels, "cost": cost})
+            if best is None or cost < best[0]:
+                best = (cost, seq, meta)
+        extra = {}
+        if best is None:  # no rounding fits: the exact smallest-peak schedule, if any
+            mdp = min_peak_dp(prob)
+            mn = int(mdp.value(-1, 0, 0))
+            if b < mn:
+                raise InfeasibleBudgetError(b, max(mn, iso_peak), "ChainDP")
+            ops: list[tuple[str, int]] = []
+            mdp.emit(-1, 0, 0, 0, ops)
+            seq = seq_of(ops)  # (min, max) recursion in bytes: unit 1, no levels
+            meta = dict(dp_cost=float(costs[seq].sum()), dp_unit=1, exact=False, dp_levels=0,
+                        dp_slack_levels=-1)
+            if self.polish:
+                seq, meta = self._polish_seq(graph, b, seq, meta)
+            best, extra = (float(costs[seq].sum()), seq, meta), {"min_budget": max(mn, iso_peak)}
+        plan = plan_from_steps(graph, [[v] for v in best[1]],
+                               status="optimal" if best[2]["exact"] else "feasible",
+                               dp_mode="fast", dp_levels_tried=tried, **best[2], **extra)
         peak = replay(graph, plan, strict=True).peak_bytes
         if peak > b:
             raise SolverError(f"ChainDP schedule peaks at {peak} bytes > budget {b} (bug)")
         return plan
+
+    @staticmethod
+    def _polish_seq(graph: Graph, b: int, seq: list[int], meta: dict) -> tuple[list[int], dict]:
+        """Recomputations pruned from the run order ``seq`` in both candidate orders
+        (:func:`solvers.pebbling_search.prune_recomputation`), the cheaper kept;
+        ``meta`` gains ``dp_cost_unpolished`` and ``polish_order`` when something went."""
+        from solvers.pebbling_search import prune_recomputation
+
+        costs = np.asarray(graph.costs, dtype=float)
+        best, order = seq, None
+        for o in ("density", "cost"):
+            got = prune_recomputation(seq, graph.preds, graph.sizes, costs, b, order=o)
+            if costs[got].sum() < costs[best].sum():
+                best, order = got, o
+        if order is None:
+            return seq, meta
+        return best, {**meta, "dp_cost_unpolished": float(costs[seq].sum()), "polish_order": order}

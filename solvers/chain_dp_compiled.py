@@ -174,23 +174,48 @@ def emit_at(p: ChainProblem, dp: _CompiledDP, mlev: int) -> tuple[float, tuple] 
     return _ops_cost(p, ops), tuple(ops)
 
 
+def min_peak_dp(p: ChainProblem) -> _CompiledDP:
+    """The filled ``(min, max)`` table of ``p`` (exact sizes): ``value(-1, 0, 0)`` is the
+    smallest budget of the persistent class (bytes), ``emit(-1, 0, 0, 0, ops)`` its schedule."""
+    _check_recursion(p.K)
+    mdp = _CompiledDP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
+    mdp.fill_mem()
+    return mdp
+
+
+def cost_dp(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int, rounding: str,
+            slack_levels: int) -> tuple[_CompiledDP, int, bool]:
+    """The filled cost table for ``budget`` bytes with at most ``max_levels`` levels (fewer when
+    the ``float32`` table would exceed ``table_bytes``): ``(dp, unit, exact)``, ``dp.Lv`` the top
+    level (``budget // unit`` less ``slack_levels`` when sizes were rounded)."""
+    _check_recursion(p.K)
+    unit, s, g, exact = _units(p, int(budget), max_levels, rounding)
+    tb = _Tables(p, s, g)
+    n_rows = 1 + int(np.clip(np.minimum(tb.e, tb.M - 1) + 1, 0, None).sum())  # _CompiledDP's
+    cap = max(8, int(table_bytes // (4 * 2 * n_rows)) - 1)
+    if cap < max_levels:
+        unit, s, g, exact = _units(p, int(budget), cap, rounding)
+        tb = _Tables(p, s, g)
+    Lv = max(0, int(budget) // unit - (0 if exact else int(slack_levels)))
+    dp = _CompiledDP(tb, p.bwd_costs)
+    if dp.n_rows != n_rows:
+        raise SolverError("ChainDP: table row count mismatch (bug)")
+    dp.fill_cost(Lv)
+    return dp, unit, bool(exact)
+
+
 def _solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
                     rounding: str, slack_levels: int) -> tuple[ChainSolution, _CompiledDP]:
     """:func:`solvers.chain_dp.solve_chain` with the compiled kernels; also returns the DP."""
     t0 = time.perf_counter()
     budget = int(budget)
-    _check_recursion(p.K)
-    mdp = _CompiledDP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
-    mdp.fill_mem()
+    mdp = min_peak_dp(p)
     mn = int(mdp.value(-1, 0, 0))
     if budget < mn:
         raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
-    cap = max(8, int(table_bytes // (4 * 2 * mdp.n_rows)) - 1)
-    unit, s, g, exact = _units(p, budget, min(max_levels, cap), rounding)
-    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
-    dp = _CompiledDP(_Tables(p, s, g), p.bwd_costs)
-    dp.fill_cost(Lv)
-    got = emit_at(p, dp, Lv)
+    dp, unit, exact = cost_dp(p, budget, max_levels=max_levels, table_bytes=table_bytes,
+                              rounding=rounding, slack_levels=slack_levels)
+    got = emit_at(p, dp, dp.Lv)
     if got is None:  # rounding sizes up left nothing: the smallest-peak schedule fits
         ops: list[tuple[str, int]] = []
         mdp.emit(-1, 0, 0, 0, ops)

@@ -37,8 +37,9 @@ def test_polish_is_never_dearer_and_fits(seed):
 
 
 def test_polish_uses_the_bytes_rounding_left():
-    """The 500-layer chain of experiments/chain_dp_timing.py at 50 %: the DP's plan peaks at
-    80 % of the budget; the polished one is cheaper and peaks higher, still within it."""
+    """The 500-layer chain of experiments/chain_dp_timing.py at 50 %: the DP's plans (sizes
+    rounded to levels) leave bytes unused; the polished plan is cheaper and peaks higher, still
+    within the budget."""
     rng = np.random.default_rng(500)
     g = remat.chain_graph(500, sizes=rng.integers(1, 100, 500), fwd_costs=rng.uniform(1, 3, 500))
     b = int(0.5 * g.no_remat_peak())
