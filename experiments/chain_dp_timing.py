@@ -4,14 +4,13 @@ on random heterogeneous chains (``remat.chain_graph(L)``, ``n = 2L + 1`` nodes, 
 in 1..99 bytes, forward costs in [1, 3], backward = 2 x forward), budget 50 % of the no-remat
 peak; writes ``experiments/results/chain_dp_timing.csv``.
 
-``default`` rows are ``ChainDP(budget=B)`` with no option (the compiled fast mode beyond 32
-forward values, the exact mode up to 32), ``default-mib30`` the same on chains with sizes
-1..8 MiB at 30 % of the no-remat peak (the chain of issue 18).  The numba kernels are loaded
-(or compiled, the first time) before the first timing; that cold start is printed.  With the
-scalar kernel of commit bc87bbe the L = 1000 rows were 113.3 s wall / 80.2 s CPU (``default``)
-and 94.3 / 93.6 s (``default-mib30``); the kernel now fills the same table bit for bit
-(``solvers/chain_dp_kernel.py``, ``tests/test_chain_dp.py``), so the plans, peaks and
-overheads of every row are unchanged.
+``default`` rows are ``ChainDP(budget=B)`` with no option (the exact mode up to 32 forward
+values; beyond, the compiled fast mode over the level portfolio of
+:func:`policies.chain_dp.level_portfolio`, each plan polished), ``default-mib30`` the same on
+chains with sizes 1..8 MiB at 30 % of the no-remat peak (the chain of issue 18).  The numba
+kernels are loaded (or compiled, the first time) before the first timing; that cold start is
+printed.  ``levels`` is the budget over the chosen plan's memory unit.  How close these plans
+are to the persistent optimum computed without rounding: ``experiments/chain_dp_levels.py``.
 
 Command that made the CSV (2-core CPU shared with other jobs: the 1-minute load average is
 recorded next to each timing, and process CPU time next to wall time)::
