@@ -94,3 +94,17 @@ def test_smallest_budget_is_exact_when_nothing_fits():
     plan = ChainDP(budget=lo).plan(g)
     assert replay(g, plan, strict=True).peak_bytes <= lo
     assert plan.meta.get("min_budget", lo) == lo
+
+
+def test_unrounded_fill_when_affordable():
+    """100 layers of 1..99-byte values at 30 %: ~1650 levels of one byte; the default fills them
+    all (no rounding) and equals the persistent optimum, unpolished."""
+    rng = np.random.default_rng(100)
+    g = remat.chain_graph(100, sizes=rng.integers(1, 100, 100), fwd_costs=rng.uniform(1, 3, 100))
+    b = int(0.3 * g.no_remat_peak())
+    assert level_portfolio(chain_problem(g)[0], b) == [b]
+    plan = ChainDP(budget=b).plan(g)
+    assert plan.meta["exact"] and plan.meta["status"] == "optimal"
+    assert "dp_cost_unpolished" not in plan.meta
+    assert replay(g, plan, strict=True).peak_bytes <= b
+    assert _cost(g, plan) == pytest.approx(_optimum(g, b), rel=1e-9)
