@@ -374,14 +374,10 @@ class ChainDP(BasePolicy):
         """Recomputations pruned from the run order ``seq`` in both candidate orders
         (:func:`solvers.pebbling_search.prune_recomputation`), the cheaper kept;
         ``meta`` gains ``dp_cost_unpolished`` and ``polish_order`` when something went."""
-        from solvers.pebbling_search import prune_recomputation
+        from solvers.pebbling_search import prune_best
 
         costs = np.asarray(graph.costs, dtype=float)
-        best, order = seq, None
-        for o in ("density", "cost"):
-            got = prune_recomputation(seq, graph.preds, graph.sizes, costs, b, order=o)
-            if costs[got].sum() < costs[best].sum():
-                best, order = got, o
+        best, order = prune_best(seq, graph.preds, graph.sizes, costs, b)
         if order is None:
             return seq, meta
         return best, {**meta, "dp_cost_unpolished": float(costs[seq].sum()), "polish_order": order}

@@ -50,7 +50,8 @@ from remat.errors import InvalidGraphError, RematError, UnknownNameError
 from solvers.bounds import node_step_bytes
 from solvers.pebbling_bound import check_inputs
 
-__all__ = ["Decision", "copy_ends", "decide", "prune_recomputation", "sequence_live_bytes"]
+__all__ = ["Decision", "copy_ends", "decide", "prune_best", "prune_recomputation",
+           "sequence_live_bytes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,3 +372,22 @@ def prune_recomputation(seq: Sequence[int], preds: Sequence[Sequence[int]], size
     if peak > limit:
         raise RematError(f"internal: pruned schedule peaks at {peak} B over {limit} B")
     return out
+
+
+def prune_best(seq: Sequence[int], preds: Sequence[Sequence[int]], sizes: Sequence[int],
+               costs: Sequence[float], budget: int) -> tuple[list[int], str | None]:
+    """:func:`prune_recomputation` in both orders (``"density"``, then ``"cost"``); returns
+    the cheaper run order and its order (``None`` when neither removed anything: ``seq``
+    itself).  Ties go to ``"density"``.
+
+    Raises: as :func:`prune_recomputation`.
+    """
+    c = np.asarray(costs, dtype=float).reshape(-1)
+    best, order = [int(x) for x in seq], None
+    base = float(c[best].sum()) if best else 0.0
+    for o in ("density", "cost"):
+        got = prune_recomputation(seq, preds, sizes, costs, budget, order=o)
+        if float(c[got].sum()) < (base if order is None else float(c[best].sum())):
+            best, order = got, o
+    return best, order
+
