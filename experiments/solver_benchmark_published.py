@@ -85,6 +85,12 @@ n = 250 at m = 0.6, the last open instance), the random layered heuristic rows a
 
     $P --hard-timeout 1500 --graphs random_layered --mults 0.7 0.6 --methods heuristic --force --proof-time 60
 
+Once ChainDP had its level portfolio and plans were pruned in both orders
+(:func:`solvers.pebbling_search.prune_best`), the heuristic rows of the network graphs and of
+n = 100 / 250 (n = 500 / 1000 were not re-run: their pebbling rows take minutes)::
+
+    $P --hard-timeout 1200 --graphs $NR random_layered_n100_ random_layered_n250_ --methods heuristic --force --proof-time 60
+
 The full protocol (300 s per solve, every graph) is the default:
 
     python -m experiments.solver_benchmark_published
