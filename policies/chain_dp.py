@@ -106,8 +106,13 @@ MAX_LEVELS = 256
 LEVEL_WORK = 2.7e9
 
 
-#: element-steps of an unrounded compiled fill the default runs instead of rounding sizes
+#: an unrounded compiled fill runs instead of rounding sizes when it takes at most this many
+#: element-steps and ``EXACT_ENTRIES`` table entries (levels x states, ~40-120 ns each)
 EXACT_WORK = 7.5e8
+EXACT_ENTRIES = 1.5e7
+#: chains up to this many forward values run the exact ``(min, max)`` recursion first (under
+#: 0.1 s; 0.5 s at 1000): an infeasible budget is then named before any cost table is filled
+MEM_FIRST_MAX_K = 500
 
 
 def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = None) -> list[int]:
@@ -115,8 +120,10 @@ def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = No
 
     ``max_levels`` given: that count alone.  Else ``[256]`` when 256 levels hold the budget in
     units of the sizes' gcd (no rounding: the persistent optimum), or one level per gcd when
-    that fill stays within ``EXACT_WORK`` element-steps (the same optimum: 100-layer chains of
-    1..99-byte values at 20-80 %, 1098-4394 levels, 0.3-0.9 s).  Else ``COARSE_LEVELS``
+    that fill stays within ``EXACT_WORK`` element-steps and ``EXACT_ENTRIES`` table entries
+    (the same optimum: 100-layer chains of 1..99-byte values at 20-50 %, 1098-2746 levels,
+    0.3-0.6 s; a 54-layer chain of 0..5000-byte values needing 21 323 levels took 3.7 s and
+    is rounded instead).  Else ``COARSE_LEVELS``
     (16), preceded by 256 when a 256-level fill stays within ``LEVEL_WORK`` element-steps, the
     work of one level being ``sum_k (x_k + 1)(x_k + 2) / 2`` (every state's first checkpoints,
     ``x_k`` the forward value backward node ``k`` reads; ``K^3 / 6`` for
@@ -135,7 +142,8 @@ def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = No
     x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
     work = float(np.sum((x + 1) * (x + 2) / 2))
     unrounded = int(budget) // _units(prob, int(budget), 2**62)[0]  # one level per gcd
-    if unrounded * work <= EXACT_WORK:
+    states = float(np.sum(x + 2))  # live (anchor, backward node) pairs, about
+    if unrounded * work <= EXACT_WORK and unrounded * states <= EXACT_ENTRIES:
         return [unrounded]
     return [MAX_LEVELS, COARSE_LEVELS] if MAX_LEVELS * work <= LEVEL_WORK else [COARSE_LEVELS]
 
@@ -296,14 +304,19 @@ class ChainDP(BasePolicy):
         when a plan overshoots the budget on replay, the plans of lower levels come from the same
         table (1, 2, 4, ... levels lower), sizes rounded up (always fits) as the last resort.
         Each plan is polished (both orders) and the cheapest kept.  The exact ``(min, max)``
-        recursion runs only when nothing fits (to name the smallest budget, or for its
-        smallest-peak schedule) or an isolated stage exceeds the budget."""
+        recursion runs first on chains up to ``MEM_FIRST_MAX_K`` forward values (an infeasible
+        budget is named at once, ``meta["min_budget"]``); on longer ones only when nothing fits
+        (to name the smallest budget, or for its smallest-peak schedule) or an isolated stage
+        exceeds the budget."""
         from solvers.chain_dp_compiled import cost_dp, emit_at, min_peak_dp
         from solvers.pebbling_search import sequence_live_bytes
 
+        mdp = min_peak_dp(prob) if prob.K <= MEM_FIRST_MAX_K or iso_peak > b else None
+        mn = int(mdp.value(-1, 0, 0)) if mdp is not None else None
         if iso_peak > b:
-            mn = int(min_peak_dp(prob).value(-1, 0, 0))
             raise InfeasibleBudgetError(b, max(mn, iso_peak), "an isolated stage")
+        if mn is not None and b < mn:
+            raise InfeasibleBudgetError(b, max(mn, iso_peak), "ChainDP")
         costs = np.asarray(graph.costs, dtype=float)
 
         def seq_of(ops):
@@ -347,10 +360,11 @@ class ChainDP(BasePolicy):
             tried.append({"levels": levels, "cost": cost})
             if best is None or cost < best[0]:
                 best = (cost, seq, meta)
-        extra = {}
+        extra = {} if mn is None else {"min_budget": max(mn, iso_peak)}
         if best is None:  # no rounding fits: the exact smallest-peak schedule, if any
-            mdp = min_peak_dp(prob)
-            mn = int(mdp.value(-1, 0, 0))
+            if mdp is None:
+                mdp = min_peak_dp(prob)
+                mn = int(mdp.value(-1, 0, 0))
             if b < mn:
                 raise InfeasibleBudgetError(b, max(mn, iso_peak), "ChainDP")
             ops: list[tuple[str, int]] = []

@@ -192,3 +192,30 @@ def test_default_portfolio_plan_measured_by_the_executor():
     assert plan.meta["dp_levels_tried"] and not plan.meta["exact"]
     stats, sim = run_and_check(tanh_mlp_loss, params, batch, g, plan)
     assert sim.peak_bytes <= b and stats.peak_bytes <= 1.05 * b
+
+
+def test_random_chains_plan_or_name_the_exact_minimum():
+    """Chains of 33-120 layers (the compiled path) with sizes from several ranges, zeros
+    included, zero costs included, at budgets from just under the persistent class's minimum
+    to the no-remat peak: a plan that validates and fits, or InfeasibleBudgetError naming that
+    minimum exactly, and only below it."""
+    rng = np.random.default_rng(2026)
+    for case in range(14):
+        L = int(rng.integers(33, 121))
+        hi = int(rng.choice([3, 100, 5000]))
+        sizes = rng.integers(0, hi, L)
+        sizes[rng.random(L) < 0.1] = 0
+        costs = rng.uniform(0, 3, L) * (rng.random(L) > 0.1)
+        g = remat.chain_graph(L, sizes=sizes, fwd_costs=costs)
+        lo = min_feasible_budget(chain_problem(g)[0], drop_anchors=False)
+        for b in sorted({max(lo - 1, 0), lo, int(rng.integers(lo, g.no_remat_peak() + 1)),
+                         g.no_remat_peak()}):
+            try:
+                plan = ChainDP(budget=b).plan(g)
+            except InfeasibleBudgetError as e:
+                assert b < lo and e.min_feasible_bytes == lo, (case, b, lo)
+                continue
+            plan.validate(g)
+            assert b >= lo and replay(g, plan, strict=True).peak_bytes <= b, (case, b)
+            if b < g.no_remat_peak():  # (at the peak: no recomputation, no DP)
+                assert plan.meta["dp_mode"] == "fast"
