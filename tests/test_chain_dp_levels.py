@@ -110,37 +110,6 @@ def test_unrounded_fill_when_affordable():
     assert _cost(g, plan) == pytest.approx(_optimum(g, b), rel=1e-9)
 
 
-def _linen_mlp(layers: int, seed: int = 5, batch: int = 16):
-    """A Flax linen MLP of random widths 16..96 (``tanh``), its parameters drawn with numpy in
-    linen's layout (``Module.init`` runs eagerly: tens of seconds at 90 layers)."""
-    import flax.linen as nn
-    import jax.numpy as jnp
-
-    rng = np.random.default_rng(seed)
-    widths = [int(w) for w in rng.integers(16, 97, size=layers)]
-
-    class MLP(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            for w in widths:
-                x = jnp.tanh(nn.Dense(w)(x))
-            return x
-
-    dims = [32] + widths
-    params = {"params": {f"Dense_{i}": {
-        "kernel": jnp.asarray(rng.normal(size=(dims[i], dims[i + 1])) / np.sqrt(dims[i]),
-                              dtype=jnp.float32),
-        "bias": jnp.zeros(dims[i + 1], jnp.float32)} for i in range(layers)}}
-    b = {"x": jnp.asarray(rng.normal(size=(batch, 32)), jnp.float32),
-         "y": jnp.asarray(rng.normal(size=(batch, widths[-1])), jnp.float32)}
-    m = MLP()
-
-    def loss(p, bt):
-        return jnp.mean((m.apply(p, bt["x"]) - bt["y"]) ** 2)
-
-    return loss, params, b
-
-
 @pytest.mark.parametrize("frontend,layers", [("linen", 90), ("plain", 100)])
 def test_default_portfolio_on_extracted_models(frontend, layers):
     """Graphs extracted from Flax linen (random widths) and plain-JAX MLPs, one stage per layer
@@ -148,8 +117,10 @@ def test_default_portfolio_on_extracted_models(frontend, layers):
     with rounded sizes; each plan validates and its replay fits the budget."""
     from mlp_models import mlp_setup, tanh_mlp_loss
 
-    if frontend == "linen":
-        loss, params, batch = _linen_mlp(layers)
+    from experiments.milp_unseen import random_width_mlp
+
+    if frontend == "linen":  # (Module.init runs eagerly: tens of seconds at 90 layers)
+        loss, params, batch = random_width_mlp(5, layers=layers, batch=16, numpy_params=True)
     else:
         loss = tanh_mlp_loss
         params, batch = mlp_setup(layers, 16, 16, seed=2)
