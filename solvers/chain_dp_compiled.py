@@ -152,7 +152,9 @@ class _CompiledDP(_ScheduleEmitter):
 
     def _split_entries(self, a, k, h, js, kk, mlev, sa, cost):
         tb = self.tb
-        lrow = np.array([self.row(a, int(q)) for q in kk])
+        kk = np.asarray(kk, dtype=np.int64)
+        lrow = np.where((kk < tb.M) & (kk <= tb.e[a + 1]),
+                        self.roff[np.minimum(kk, tb.M)] + a + 1, 0)  # row(a, k) for each k
         rrow = self.roff[k] + js + 1
         if cost:
             r = (self.T[mlev - sa, h, rrow].astype(float) if mlev >= sa
