@@ -16,6 +16,7 @@ import numpy as np
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
 from remat.errors import (
+    BudgetFormatError,
     InfeasibleBudgetError,
     InvalidGraphError,
     NotApplicableError,
@@ -24,7 +25,14 @@ from remat.errors import (
 from remat.graph import Graph
 from remat.plan import Plan
 from remat.schedule import replay
-from solvers.chain_dp import ChainProblem, _units, _use_fast, compiled_available, solve_chain
+from solvers.chain_dp import (
+    ChainProblem,
+    _units,
+    _use_fast,
+    check_count,
+    compiled_available,
+    solve_chain,
+)
 
 
 def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
@@ -134,7 +142,14 @@ def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = No
     bytes, 20 %: 16 levels 1.1993x, 256 levels 1.1895x, optimum 1.1890x).  Intermediate counts
     did not pay: at 500 layers 128 + 16 levels gave the 16-level plan on all 8 chains and
     budgets, in 1.0-1.4 s against 0.2-0.3 s.
+
+    Raises:
+      BudgetFormatError: ``max_levels`` is not a positive integer, or ``budget`` is not a
+        non-negative integer.
     """
+    check_count("max_levels", max_levels, allow_none=True)
+    if isinstance(budget, (bool, np.bool_)) or int(budget) != budget or budget < 0:
+        raise BudgetFormatError(f"budget must be non-negative integer bytes, got {budget!r}")
     if max_levels is not None:
         return [int(max_levels)]
     if _units(prob, int(budget), MAX_LEVELS)[3]:
@@ -202,6 +217,8 @@ class ChainDP(BasePolicy):
     shortcut = True
 
     def check_applicable(self, graph: Graph) -> None:
+        check_count("ChainDP max_levels", self.max_levels, allow_none=True)
+        check_count("ChainDP max_first", self.max_first, allow_none=True)
         chain_problem(graph)
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:

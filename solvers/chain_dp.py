@@ -86,7 +86,7 @@ from functools import reduce
 
 import numpy as np
 
-from remat.errors import InfeasibleBudgetError, InvalidGraphError
+from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
 
 INF = np.inf
 
@@ -430,6 +430,19 @@ def _units(p: ChainProblem, budget: int, max_levels: int, rounding: str = "up"):
         def q(x):
             return -(-x // unit)
     return unit, q(p.fwd_sizes), q(p.bwd_sizes), exact
+
+
+def check_count(name: str, value, *, allow_none: bool = False) -> None:
+    """Reject a level or choice count that is not a positive integer (``bool`` included).
+
+    Raises:
+      BudgetFormatError: naming ``name`` and the value.
+    """
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok or value < 1:
+        raise BudgetFormatError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _use_fast(p: ChainProblem, mode: str) -> bool:

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from remat.errors import InfeasibleBudgetError, SolverError
+from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from solvers.chain_dp import (
     ChainProblem,
     ChainSolution,
@@ -26,6 +26,7 @@ from solvers.chain_dp import (
     _ops_cost,
     _Tables,
     _units,
+    check_count,
 )
 from solvers.chain_dp_fast import _ScheduleEmitter
 from solvers.chain_dp_kernel import BLK, fill_cost, fill_mem
@@ -189,7 +190,14 @@ def cost_dp(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int, 
             slack_levels: int) -> tuple[_CompiledDP, int, bool]:
     """The filled cost table for ``budget`` bytes with at most ``max_levels`` levels (fewer when
     the ``float32`` table would exceed ``table_bytes``): ``(dp, unit, exact)``, ``dp.Lv`` the top
-    level (``budget // unit`` less ``slack_levels`` when sizes were rounded)."""
+    level (``budget // unit`` less ``slack_levels`` when sizes were rounded).
+
+    Raises:
+      BudgetFormatError: ``max_levels`` is not a positive integer or ``budget`` is negative.
+    """
+    check_count("max_levels", max_levels)
+    if int(budget) < 0:
+        raise BudgetFormatError(f"budget must be non-negative bytes, got {budget!r}")
     _check_recursion(p.K)
     unit, s, g, exact = _units(p, int(budget), max_levels, rounding)
     tb = _Tables(p, s, g)

@@ -382,12 +382,12 @@ def prune_best(seq: Sequence[int], preds: Sequence[Sequence[int]], sizes: Sequen
 
     Raises: as :func:`prune_recomputation`.
     """
+    got = {o: prune_recomputation(seq, preds, sizes, costs, budget, order=o)
+           for o in ("density", "cost")}  # (checks every input first)
     c = np.asarray(costs, dtype=float).reshape(-1)
     best, order = [int(x) for x in seq], None
-    base = float(c[best].sum()) if best else 0.0
-    for o in ("density", "cost"):
-        got = prune_recomputation(seq, preds, sizes, costs, budget, order=o)
-        if float(c[got].sum()) < (base if order is None else float(c[best].sum())):
-            best, order = got, o
+    for o, run in got.items():
+        if float(c[run].sum()) < float(c[best].sum()):
+            best, order = run, o
     return best, order
 

@@ -16,11 +16,15 @@ from policies.chain_dp import (
     chain_problem,
     level_portfolio,
 )
-from remat.errors import InfeasibleBudgetError
+from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
 from remat.schedule import replay
 from solvers.chain_dp import compiled_available, min_feasible_budget, solve_chain
 
-pytestmark = pytest.mark.skipif(not compiled_available(), reason="numba kernels unavailable")
+
+def test_compiled_kernels_are_installed():
+    """numba is a core dependency: the compiled path (everything below) must be the one that
+    runs, not the numpy fallback."""
+    assert compiled_available()
 
 
 def _mib_chain(L: int, seed: int):
@@ -190,3 +194,71 @@ def test_random_chains_plan_or_name_the_exact_minimum():
             assert b >= lo and replay(g, plan, strict=True).peak_bytes <= b, (case, b)
             if b < g.no_remat_peak():  # (at the peak: no recomputation, no DP)
                 assert plan.meta["dp_mode"] == "fast"
+
+
+def test_typed_errors_for_bad_counts_and_budgets():
+    from solvers.chain_dp_compiled import cost_dp
+    from solvers.pebbling_search import prune_best
+
+    g = _mib_chain(40, 0)
+    prob = chain_problem(g)[0]
+    for bad in (0, -3, 2.5, "x", True):
+        with pytest.raises(BudgetFormatError):
+            ChainDP(budget="50%", max_levels=bad).plan(g)
+        with pytest.raises(BudgetFormatError):
+            level_portfolio(prob, 10 * 2**20, bad)
+    with pytest.raises(BudgetFormatError):
+        ChainDP(budget="50%", max_first=0).plan(g)
+    for bad in (-1, 1.5):
+        with pytest.raises(BudgetFormatError):
+            level_portfolio(prob, bad)
+    with pytest.raises(BudgetFormatError):
+        cost_dp(prob, 10 * 2**20, max_levels=0, table_bytes=2**30, rounding="nearest",
+                slack_levels=0)
+    with pytest.raises(BudgetFormatError):
+        cost_dp(prob, -1, max_levels=16, table_bytes=2**30, rounding="nearest", slack_levels=0)
+    with pytest.raises(InvalidGraphError):
+        prune_best([0, 1], [(), (0,)], [1, 1], [1.0], 5)  # costs too short
+
+
+def _scanned_stack(pre: int = 40, layers: int = 24, d: int = 32, batch: int = 32, seed: int = 0):
+    """Plain JAX: ``pre`` tanh layers unrolled, then ``layers`` more in a ``lax.scan``."""
+    import jax
+    import jax.numpy as jnp
+
+    ks = jax.random.split(jax.random.PRNGKey(seed), 3)
+    p = {"pre": jax.random.normal(ks[0], (pre, d, d)) / np.sqrt(d),
+         "stack": jax.random.normal(ks[1], (layers, d, d)) / np.sqrt(d)}
+    x = jax.random.normal(ks[2], (batch, d))
+
+    def loss(p, x):
+        h = x
+        for i in range(pre):
+            h = jnp.tanh(h @ p["pre"][i])
+        h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), h, p["stack"])
+        return jnp.mean(h ** 2)
+
+    return loss, p, x
+
+
+@pytest.mark.parametrize("model,budget", [("nnx", "50%"), ("linen-sumsq", "50%"),
+                                          ("scanned", "80%")])
+def test_rounded_polished_plans_through_the_drop_in(model, budget):
+    """Rounded (16 levels), polished compiled-path plans through remat.value_and_grad on code
+    we did not write: a 36-layer Flax nnx MLP, a 36-layer Flax linen MLP whose loss
+    ``sum(y ** 2)`` no backward node reads, and a plain-JAX net whose last 24 layers are a
+    ``lax.scan`` stack (one stage).  jax.value_and_grad's value and gradients (rtol 1e-5), the
+    replayed peak within the budget, saved residual bytes within the plan's or warned."""
+    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from test_fidelity import linen_sumsq_mlp, nnx_mlp
+
+    loss, params, x = {"nnx": lambda: nnx_mlp(L=36),
+                       "linen-sumsq": lambda: linen_sumsq_mlp(L=36, B=64),
+                       "scanned": _scanned_stack}[model]()
+    vg = remat.value_and_grad(loss, ChainDP(budget=budget, max_levels=16), stages=1000)
+    ap, fid = run_against_jax(vg, loss, params, x)
+    g, plan = ap.graph, ap.plan
+    assert [t["levels"] for t in plan.meta["dp_levels_tried"]] == [16]
+    assert not plan.meta["exact"] and plan.meta["polish_order"] in ("density", "cost")
+    assert replay(g, plan).peak_bytes <= remat.resolve_budget(budget, g)
+    assert_residuals_within_plan_or_warned(ap, fid)
