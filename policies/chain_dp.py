@@ -33,6 +33,7 @@ from solvers.chain_dp import (
     compiled_available,
     solve_chain,
 )
+from solvers.gcpause import gc_paused
 
 
 def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], list[int]]:
@@ -228,7 +229,8 @@ class ChainDP(BasePolicy):
         fast = _use_fast(prob, self.mode)
         kw = dict(max_levels=self.max_levels, mode=self.mode, max_first=self.max_first)
         if fast and self.max_first is None and compiled_available():
-            return self._solve_compiled(graph, b, prob, fwd, bwd, iso, iso_peak)
+            with gc_paused():  # allocation-heavy: no full collections in the middle of it
+                return self._solve_compiled(graph, b, prob, fwd, bwd, iso, iso_peak)
         try:
             # fast mode: nearest rounding first (sizes rounded up by up to a level each add up
             # over hundreds of held values); the replayed peak is checked below, and sizes are

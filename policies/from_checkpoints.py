@@ -47,8 +47,9 @@ def plan_from_steps(
     """
     T, n = len(steps), graph.n
     R = np.zeros((T, n), dtype=bool)
-    for t, nodes in enumerate(steps):
-        R[t, list(nodes)] = True
+    cols = [np.fromiter(nodes, dtype=np.int64) for nodes in steps]
+    if T:
+        R[np.repeat(np.arange(T), [len(c) for c in cols]), np.concatenate(cols)] = True
     A = graph.adjacency().astype(np.int32)  # A[src, dst]
     # reads[t, i]: some node computed in step t reads i
     reads = np.asarray((A @ R.T.astype(np.int32)).T > 0)

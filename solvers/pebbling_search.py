@@ -341,6 +341,8 @@ def prune_recomputation(seq: Sequence[int], preds: Sequence[Sequence[int]], size
                 delta = np.full(hi - lo, sz[u], dtype=np.int64)
                 for q, p in enumerate(P[u]):
                     j = serve[i][q]
+                    if end[j] != i:  # i is not the last read of j's copy: no earlier end
+                        continue
                     rest = [r for r in readers[j] if r != i]
                     new = max(rest) if rest else j
                     a, b = max(new + 1, lo), min(int(end[j]) + 1, hi)
