@@ -13,7 +13,12 @@ see the same graph.  ``infeasible`` rows carry the smallest feasible budget.
 
 (``race``: both at once, first proof wins, :mod:`solvers.portfolio`, what ``remat compare``
 uses; ``--keep`` keeps the rows already in the CSV and skips finished (model, budget, solver)
-rows.)  Writes ``experiments/results/cpsat_benchmark.csv``.
+rows.)  Writes ``experiments/results/cpsat_benchmark.csv``.  ``--solvers highs highs-full``
+compares HiGHS with the memory chain added lazily (the default) and whole
+(``lazy_memory=False``)::
+
+    python -m experiments.cpsat_benchmark --solvers highs highs-full \
+        --out experiments/results/lazy_memory_zoo.csv
 """
 
 from __future__ import annotations
@@ -60,9 +65,12 @@ def main(argv=None) -> None:
                 row = dict(model=name, nodes=g.n, budget=budget, solver=solver,
                            time_limit_s=a.time_limit)
                 t = time.perf_counter()
+                # "highs-full": HiGHS with the whole memory chain (lazy_memory=False)
+                kw = ({"solver": "highs", "lazy_memory": False} if solver == "highs-full"
+                      else {"solver": solver})
                 try:
                     p = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
-                                     solver=solver).plan(g)
+                                     **kw).plan(g)
                 except RematError as e:
                     row.update(status=type(e).__name__, wall_s=round(time.perf_counter() - t, 2),
                                note=str(e)[:120])

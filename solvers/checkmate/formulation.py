@@ -32,8 +32,11 @@ Formulation work on top of the paper (each optional, see :class:`Formulation`):
   written directly on ``S`` (a knapsack row the LP relaxation otherwise only sees through ``U``).
   This is the change that matters: a 101-node chain at 30% goes from a 60 s time-out to an
   optimum in about 25 s, and the root LP bound is within 0.3% of the optimum.
-* ``memory_chain=False`` (LP relaxation only): drop ``U``/``FREE`` and keep start-of-step rows
-  ``sum_i M_i S[t, i] <= budget``; still a valid lower bound, much smaller.
+* ``memory_chain=False``: drop ``U``/``FREE`` and keep start-of-step rows
+  ``sum_i M_i S[t, i] <= budget`` (with the frontier rows); a relaxation, much smaller.
+  ``chain_steps``: the chain for those steps only, start rows for the others (a relaxation
+  until every step whose replayed peak exceeds the budget has its chain; see
+  :func:`solvers.checkmate.milp.solve_checkmate`'s ``lazy_memory``).
 * a complete warm start computed from a heuristic schedule (:func:`checkmate_vector`: ``R``,
   ``S`` fixed, ``FREE`` and ``U`` computed directly), handed to HiGHS with ``setSolution``.
 
@@ -80,6 +83,9 @@ class Formulation:
     frontier_rows: bool = True
     memory_chain: bool = True
     integer_memory: bool = False  # memory in units of the sizes' gcd, uncapped (CP-SAT)
+    # steps whose U/FREE chain is built (``None``: every step); the other steps keep only the
+    # start-of-step and frontier rows (the lazy solve of :mod:`solvers.checkmate.milp`)
+    chain_steps: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,8 +158,21 @@ class CoreContext:
 
     @property
     def chain(self) -> bool:
-        """The ``U``/``FREE`` memory chain is built."""
+        """The ``U``/``FREE`` memory chain is built (for some steps at least)."""
         return self.formulation.memory_chain or self.minimize_peak
+
+    @property
+    def chain_mask(self) -> np.ndarray:
+        """``bool[n]``: the steps whose memory chain is built."""
+        n = self.problem.n
+        steps = self.formulation.chain_steps
+        if not self.chain:
+            return np.zeros(n, bool)
+        if steps is None or self.minimize_peak:
+            return np.ones(n, bool)
+        mask = np.zeros(n, bool)
+        mask[np.asarray(steps, np.int64)] = True
+        return mask
 
     def add_terms(self, rows: np.ndarray, cols: np.ndarray, vals: float | np.ndarray) -> None:
         """Add ``vals * x[cols]`` to core rows ``rows`` (entries of a :class:`CoreRows` map).
@@ -291,10 +310,13 @@ def _add_columns(ctx: CoreContext, mem_unit: float, cost_unit: float) -> Checkma
     S[tS, iS] = model.add_vars("S", len(tS), 0.0, ubS, integer=True)
     te = ee = np.zeros(0, np.int64)
     if ctx.chain:
-        U[tR, iR] = model.add_vars("U", len(tR), 0.0, INF if ctx.minimize_peak else ctx.budget_units)
+        cm = ctx.chain_mask
+        tU, iU = tR[cm[tR]], iR[cm[tR]]
+        U[tU, iU] = model.add_vars("U", len(tU), 0.0, INF if ctx.minimize_peak else ctx.budget_units)
         # FREE[t, e] for e = (i, k) with k < t
         if len(dst):
             te, ee = np.nonzero(np.arange(n)[:, None] > dst[None, :])
+            te, ee = te[cm[te]], ee[cm[te]]
     F = np.full((n, len(dst)), -1, np.int64)
     F[te, ee] = model.add_vars("FREE", len(te), 0.0, 1.0)
     peak = -1
@@ -357,9 +379,15 @@ def _add_memory_rows(ctx: CoreContext) -> tuple[np.ndarray, np.ndarray]:
     tR, iR = np.tril_indices(n)
     tS, iS = np.tril_indices(n, -1)
     mem, start = np.full((n, n), -1, np.int64), np.full(n, -1, np.int64)
-    if not ctx.chain:  # relaxation only: memory at each step start, sum_i M_i S[t, i] <= B
-        start = model.add_rows_coo(tS, v.S[tS, iS], M[iS], n, -INF, ctx.budget_units, name="start")
-        return mem, start
+    cm = ctx.chain_mask
+    if not cm.all():  # steps without the chain: memory at the step start, sum_i M_i S[t, i] <= B
+        off = ~cm[tS]
+        start = model.add_rows_coo(tS[off], v.S[tS[off], iS[off]], M[iS[off]], n, -INF,
+                                   ctx.budget_units, name="start")
+        if not cm.any():
+            return mem, start
+        tR, iR = tR[cm[tR]], iR[cm[tR]]
+        tS, iS = tS[cm[tS]], iS[cm[tS]]
     nu = len(tR)
     urow = _row_map((n, n), (tR, iR), np.arange(nu))
     rr = [np.arange(nu), np.arange(nu)]
@@ -405,6 +433,8 @@ def _add_free_rows(ctx: CoreContext) -> None:
     if pe:
         pe, pj = np.array(pe), np.array(pj)
         tl, pl = np.nonzero(np.arange(n)[:, None] >= pj[None, :])
+        has = v.F[tl, pe[pl]] >= 0  # steps with a chain
+        tl, pl = tl[has], pl[has]
         _pairs(model, v.F[tl, pe[pl]], v.R[tl, pj[pl]], 1.0, 1.0, 1.0, "free_later")
 
 
