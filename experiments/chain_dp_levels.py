@@ -27,7 +27,6 @@ Writes ``experiments/results/chain_dp_levels.csv``; a rerun keeps finished rows 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import time
 
@@ -98,42 +97,32 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     Ls = [100, 200] if args.quick else [100, 200, 500, 1000]
     exact_gib = min(args.exact_gib, 1.0) if args.quick else args.exact_gib
-    done: dict[tuple, dict] = {}
-    if os.path.exists(args.out):
-        with open(args.out, newline="") as f:
-            for r in csv.DictReader(f):
-                done[(int(r["L"]), r["sizes"], float(r["budget_frac"]), r["method"])] = r
-    ChainDP(budget="80%", mode="fast").plan(remat.chain_graph(40, sizes=2))  # load the kernels
-    new = not os.path.exists(args.out)
-    with open(args.out, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for L in Ls:
-            for sizes in ("bytes", "mib"):
-                g = chain(L, sizes)
-                for frac in (0.2, 0.3, 0.5, 0.8):
-                    B = int(frac * g.no_remat_peak())
-                    ex = done.get((L, sizes, frac, "exact"))
-                    for method in ("exact",) + METHODS[:-1]:
-                        key = (L, sizes, frac, method)
-                        if key in done:
-                            continue
-                        got = run_method(g, B, method, exact_gib)
-                        if got is None:
-                            continue
-                        gap = ""
-                        if method == "exact":
-                            ex = {"overhead": got["overhead"]}
-                        elif ex is not None:
-                            gap = round(got["overhead"] / float(ex["overhead"]) - 1, 6)
-                        row = {"L": L, "sizes": sizes, "budget_frac": frac, "method": method,
-                               **got, "gap": gap}
-                        w.writerow(row)
-                        f.flush()
-                        done[key] = row
-                        print(row, flush=True)
+    from experiments.tables import ResumableCsv
 
+    out = ResumableCsv(args.out, FIELDS, key=lambda r: (int(r["L"]), r["sizes"],
+                                                        float(r["budget_frac"]), r["method"]))
+    ChainDP(budget="80%", mode="fast").plan(remat.chain_graph(40, sizes=2))  # load the kernels
+    for L in Ls:
+        for sizes in ("bytes", "mib"):
+            g = chain(L, sizes)
+            for frac in (0.2, 0.3, 0.5, 0.8):
+                B = int(frac * g.no_remat_peak())
+                ex = out.get((L, sizes, frac, "exact"))
+                for method in ("exact",) + METHODS[:-1]:
+                    if (L, sizes, frac, method) in out:
+                        continue
+                    got = run_method(g, B, method, exact_gib)
+                    if got is None:
+                        continue
+                    gap = ""
+                    if method == "exact":
+                        ex = {"overhead": got["overhead"]}
+                    elif ex is not None:
+                        gap = round(got["overhead"] / float(ex["overhead"]) - 1, 6)
+                    row = {"L": L, "sizes": sizes, "budget_frac": frac, "method": method,
+                           **got, "gap": gap}
+                    out.append(row)
+                    print(row, flush=True)
 
 if __name__ == "__main__":
     main()

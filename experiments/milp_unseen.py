@@ -80,50 +80,41 @@ def main(argv=None) -> None:
     ap.add_argument("--solver", default="highs", choices=["highs", "cpsat"])
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
-    done = set()
-    if a.out.exists():
-        with a.out.open() as f:
-            old = [{**r, "solver": r.get("solver") or "highs"} for r in csv.DictReader(f)]
-        done = {(r["seed"], r["budget"], r["warm_start"], r["solver"]) for r in old}
-        with a.out.open("w", newline="") as f:  # older files had no solver column
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(old)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    new = not a.out.exists()
-    with a.out.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for seed in a.seeds:
-            loss, params, batch = random_width_mlp(seed)
-            g = remat.extract(loss, params, batch, stages=a.stages)
-            base = float(g.costs.sum())
-            for budget in a.budgets:
-                for warm in ([True, False] if a.cold else [True]):
-                    key = (str(seed), budget, str(warm), a.solver)
-                    if key in done:
-                        continue
-                    t = time.perf_counter()
-                    plan = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
-                                        warm_start=warm, solver=a.solver).plan(g)
-                    m = plan.meta
-                    tried = m.get("tried", {})
-                    src = m.get("warm_start")
-                    row = dict(seed=seed, budget=budget, warm_start=warm, stages=a.stages,
-                               nodes=g.n, time_limit_s=a.time_limit,
-                               wall_s=round(time.perf_counter() - t, 2), status=m["status"],
-                               overhead=round(m["objective"] / base, 5),
-                               gap=round(float(m["gap"]), 5),
-                               lower_bound_overhead=round(float(m["lower_bound"]) / base, 5),
-                               best_of=m.get("best_of"), warm_source=src,
-                               warm_overhead=(round(tried[src] / base, 5)
-                                              if tried.get(src) is not None else ""),
-                               solver=a.solver)
-                    w.writerow(row)
-                    f.flush()
-                    print(row, flush=True)
+    from experiments.tables import ResumableCsv, write_rows
 
+    if a.out.exists():  # older files had no solver column: add it (rows of HiGHS)
+        with a.out.open() as f:
+            old = list(csv.DictReader(f))
+        if old and "solver" not in old[0]:
+            write_rows(a.out, [{**r, "solver": "highs"} for r in old], fields=FIELDS)
+    out = ResumableCsv(a.out, FIELDS, key=lambda r: (str(r["seed"]), r["budget"],
+                                                     str(r["warm_start"]), r["solver"]))
+    for seed in a.seeds:
+        loss, params, batch = random_width_mlp(seed)
+        g = remat.extract(loss, params, batch, stages=a.stages)
+        base = float(g.costs.sum())
+        for budget in a.budgets:
+            for warm in ([True, False] if a.cold else [True]):
+                if (str(seed), budget, str(warm), a.solver) in out:
+                    continue
+                t = time.perf_counter()
+                plan = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
+                                    warm_start=warm, solver=a.solver).plan(g)
+                m = plan.meta
+                tried = m.get("tried", {})
+                src = m.get("warm_start")
+                row = dict(seed=seed, budget=budget, warm_start=warm, stages=a.stages,
+                           nodes=g.n, time_limit_s=a.time_limit,
+                           wall_s=round(time.perf_counter() - t, 2), status=m["status"],
+                           overhead=round(m["objective"] / base, 5),
+                           gap=round(float(m["gap"]), 5),
+                           lower_bound_overhead=round(float(m["lower_bound"]) / base, 5),
+                           best_of=m.get("best_of"), warm_source=src,
+                           warm_overhead=(round(tried[src] / base, 5)
+                                          if tried.get(src) is not None else ""),
+                           solver=a.solver)
+                out.append(row)
+                print(row, flush=True)
 
 if __name__ == "__main__":
     main()

@@ -36,7 +36,6 @@ that fit on replay, hence optimal for the full model too: what ``solve_checkmate
 from __future__ import annotations
 
 import argparse
-import csv
 import pathlib
 import time
 
@@ -121,26 +120,17 @@ def main(argv=None) -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
-    done = set()
-    if a.out.exists():
-        with a.out.open() as f:
-            done = {(r["seed"], r["budget"], r["variant"]) for r in csv.DictReader(f)}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    new = not a.out.exists()
-    with a.out.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for inst in a.instances:
-            seed, budget = inst.split(":")
-            for variant in a.variants:
-                if (seed, budget, variant) in done:
-                    continue
-                row = run(int(seed), budget, variant, a.time_limit)
-                w.writerow(row)
-                f.flush()
-                print(row, flush=True)
+    from experiments.tables import ResumableCsv
 
+    out = ResumableCsv(a.out, FIELDS, key=lambda r: (str(r["seed"]), r["budget"], r["variant"]))
+    for inst in a.instances:
+        seed, budget = inst.split(":")
+        for variant in a.variants:
+            if (seed, budget, variant) in out:
+                continue
+            row = run(int(seed), budget, variant, a.time_limit)
+            out.append(row)
+            print(row, flush=True)
 
 if __name__ == "__main__":
     main()
