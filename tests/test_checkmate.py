@@ -14,7 +14,7 @@ import pytest
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from remat.schedule import replay
 from solvers.checkmate import (
     CheckmateProblem,
@@ -647,3 +647,13 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     ap, fid = run_against_jax(vg, loss, *args)
     assert ap.plan.meta["memory_chain"] == "lazy"
     assert_residuals_within_plan_or_warned(ap, fid)
+
+
+@pytest.mark.parametrize("steps", [(-1,), (99,), (0.5,), ("a",)])
+def test_chain_steps_out_of_range_is_a_typed_error(steps):
+    from solvers.checkmate import add_checkmate_core
+    from solvers.milp import MilpModel
+
+    P = _random_problem(8, 1, 1.0)
+    with pytest.raises(SolverError, match="chain_steps"):
+        add_checkmate_core(MilpModel(), P, formulation=Formulation(chain_steps=steps))

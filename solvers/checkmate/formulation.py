@@ -59,6 +59,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from remat.errors import SolverError
 from solvers.checkmate.problem import CheckmateProblem, normalize
 from solvers.milp import INF, MilpModel
 
@@ -170,8 +171,11 @@ class CoreContext:
             return np.zeros(n, bool)
         if steps is None or self.minimize_peak:
             return np.ones(n, bool)
+        idx = np.asarray(steps).reshape(-1)
+        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= n):
+            raise SolverError(f"chain_steps must be step indices in [0, {n}), got {steps!r}")
         mask = np.zeros(n, bool)
-        mask[np.asarray(steps, np.int64)] = True
+        mask[idx.astype(np.int64)] = True
         return mask
 
     def add_terms(self, rows: np.ndarray, cols: np.ndarray, vals: float | np.ndarray) -> None:
