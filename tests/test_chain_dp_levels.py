@@ -10,6 +10,8 @@ import pytest
 import remat
 from policies.chain_dp import (
     COARSE_LEVELS,
+    EXACT_ENTRIES,
+    EXACT_WORK,
     LEVEL_WORK,
     MAX_LEVELS,
     ChainDP,
@@ -56,6 +58,28 @@ def test_portfolio_rule():
     assert MAX_LEVELS * float(np.sum((x + 1) * (x + 2) / 2)) <= LEVEL_WORK
     # 1000 layers: a 256-level fill would take ~8 s; the coarse one alone
     assert level_portfolio(chain_problem(_mib_chain(1000, 0))[0], 1400 * 2**20) == [COARSE_LEVELS]
+
+
+def test_finer_levels_first_when_the_unrounded_fill_is_out_of_reach():
+    """120 layers of 10^5..10^6-byte values (gcd 1: millions of levels unrounded): the finest
+    count within EXACT_WORK/EXACT_ENTRIES runs before 256 and 16, and the plan kept is no
+    dearer than the best of 256 and 16 alone."""
+    rng = np.random.default_rng(8)
+    L = 120
+    g = remat.chain_graph(L, sizes=rng.integers(10**5, 10**6, L), fwd_costs=rng.uniform(1, 3, L))
+    prob = chain_problem(g)[0]
+    b = int(0.3 * g.no_remat_peak())
+    got = level_portfolio(prob, b)
+    x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
+    work, states = float(np.sum((x + 1) * (x + 2) / 2)), float(np.sum(x + 2))
+    fine = int(min(EXACT_WORK / work, EXACT_ENTRIES / states))
+    assert fine > MAX_LEVELS and got == [fine, MAX_LEVELS, COARSE_LEVELS]
+    plan = ChainDP(budget=b).plan(g)
+    assert [t["levels"] for t in plan.meta["dp_levels_tried"]] == got
+    assert replay(g, plan, strict=True).peak_bytes <= b
+    coarse = min(float(ChainDP(budget=b, max_levels=k).plan(g).compute_counts() @ g.costs)
+                 for k in (MAX_LEVELS, COARSE_LEVELS))
+    assert float(plan.compute_counts() @ g.costs) <= coarse * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("seed", [101, 102])
