@@ -296,6 +296,18 @@ def test_time_limit_returns_incumbent():
     with pytest.raises(SolverTimeoutError):
         solve_checkmate(P, time_limit=0.05, warm_start=None,
                         options={"mip_heuristic_effort": 0.0})
+    # the lazy chain at its time limit: a schedule that fits on replay, no dearer than the
+    # warm start, with the relaxation's bound below it and the round recorded
+    lazy = solve_checkmate(P, time_limit=1.0, lp_first=False)
+    assert lazy.meta["memory_chain"] == "lazy" and lazy.status == "time_limit"
+    assert float(g.costs.sum()) <= lazy.lower_bound < lazy.objective
+    assert lazy.objective <= lazy.meta["warm_start_objective"] + 1e-9
+    assert lazy.meta["lazy_rounds"] and lazy.meta["lazy_rounds"][-1]["status"] == "time_limit"
+    _check_plan(g, lazy, b)
+    with pytest.raises(SolverTimeoutError) as err:  # and with nothing to return: the bound
+        solve_checkmate(P, time_limit=0.05, warm_start=None, lp_first=False,
+                        options={"mip_heuristic_effort": 0.0})
+    assert err.value.bound is None or err.value.bound <= lazy.objective
 
 
 # ---------------------------------------------------------------------------- policy
@@ -621,7 +633,8 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     """Checkmate with the memory chain added lazily (the default) and whole, on a 16-layer Flax
     nnx MLP and a 30-layer random-width Flax linen MLP (one stage per layer) at 50 %: both prove
     the same optimum (20 s: lazy 2.6 s and 6.3 s, whole 2.2 s and 15.5 s); the lazy plan through remat.value_and_grad gives jax's value and gradients
-    (rtol 1e-5) and keeps its saved residual bytes within the plan's, or warns."""
+    (rtol 1e-5) and keeps its saved residual bytes within the plan's, or warns; the
+    executor runs it with jax's gradients and measured live bytes within 5 % of the replay."""
     from dropin import assert_residuals_within_plan_or_warned, run_against_jax
     from test_fidelity import nnx_mlp
 
@@ -647,6 +660,11 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     ap, fid = run_against_jax(vg, loss, *args)
     assert ap.plan.meta["memory_chain"] == "lazy"
     assert_residuals_within_plan_or_warned(ap, fid)
+    # the op-by-op executor's measured live bytes: within 5 % of the replay, and the budget
+    from test_executor import run_and_check
+
+    stats, _ = run_and_check(loss, *args, g, lazy)
+    assert stats.peak_bytes <= b * 1.05
 
 
 @pytest.mark.parametrize("steps", [(-1,), (99,), (0.5,), ("a",)])
