@@ -248,10 +248,7 @@ def _milp_answer(problem: CheckmateProblem, model: MilpModel, v: CheckmateVars, 
     """The :class:`CheckmateSolution` of a finished MILP solve (raises when it has none)."""
     budget = problem.budget
     if sol.status == "infeasible":
-        mf, exact = min_feasible_budget(problem, time_limit=clock.limit)
-        if mf <= budget:  # the MILP said infeasible but a schedule fits: numerical trouble
-            raise SolverError(f"solver reported infeasible but a schedule with peak {mf} fits")
-        raise InfeasibleBudgetError(budget, mf, "" if exact else "min_feasible_bytes is an upper estimate")
+        _raise_infeasible(problem, clock)
     if not sol.has_solution:
         raise SolverError(f"MILP ended with status {sol.message!r} and no solution")
     R, S = decode_schedule(problem, v, sol.x)
@@ -290,6 +287,17 @@ def _milp_answer(problem: CheckmateProblem, model: MilpModel, v: CheckmateVars, 
                              sol.solve_time_s, build + sol.build_time_s, sol.node_count, meta)
 
 
+def _raise_infeasible(problem: CheckmateProblem, clock: SolveClock) -> None:
+    """After a MILP (or a relaxation of it) reported ``infeasible``: raise
+    :class:`InfeasibleBudgetError` with :func:`min_feasible_budget`, or :class:`SolverError`
+    when a schedule within the budget exists after all (numerical trouble)."""
+    budget = problem.budget
+    mf, exact = min_feasible_budget(problem, time_limit=clock.limit)
+    if mf <= budget:
+        raise SolverError(f"solver reported infeasible but a schedule with peak {mf} fits")
+    raise InfeasibleBudgetError(budget, mf, "" if exact else "min_feasible_bytes is an upper estimate")
+
+
 def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: Formulation,
                 clock: SolveClock, mip_gap: float, threads: int | None, presolve: bool,
                 options: dict | None, log: bool, lp: _LpBound, meta: dict) -> CheckmateSolution:
@@ -310,7 +318,7 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
     ResNet-18 at 30 %, 20 s, the relaxation's best, 1.040x, overshot on one to three steps and
     1.069x (greedy) was returned where the whole chain found 1.056x.  Giving a relaxation 70 %
     of the time and the rest to rounds with the chain extended did not find a fitting schedule
-    there either, and cost the zoo MLP at 50 % a weaker bound (gap 6.3 % against 5.1 %).
+    there either, and cost the zoo MLP at 50 % a weaker bound (gap 6.3 % against 5.1-5.4 %).
 
     Why: on the 100-layer random-width MLPs the full model's root LP and cuts take the whole
     minute; without the chain HiGHS proves seed 2 at 50 % in 10.5 s with a schedule that fits,
@@ -348,11 +356,7 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
         build_s += sol.build_time_s
         nodes += max(0, sol.node_count)
         if sol.status == "infeasible":  # a relaxation is infeasible: so is the problem
-            mf, exact = min_feasible_budget(problem, time_limit=clock.limit)
-            if mf <= budget:
-                raise SolverError(f"solver reported infeasible but a schedule with peak {mf} fits")
-            raise InfeasibleBudgetError(budget, mf,
-                                        "" if exact else "min_feasible_bytes is an upper estimate")
+            _raise_infeasible(problem, clock)
         if not sol.has_solution:
             raise SolverError(f"MILP ended with status {sol.message!r} and no solution")
         if math.isfinite(sol.bound):
