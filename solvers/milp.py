@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -308,6 +308,7 @@ class MilpModel:
         log: bool = False,
         presolve: bool = True,
         options: dict[str, Any] | None = None,
+        on_start: Callable[[Any], Callable[[], None] | None] | None = None,
     ) -> MilpSolution:
         """Solve the model.
 
@@ -327,6 +328,9 @@ class MilpModel:
           log: print the solver log.
           presolve: run HiGHS presolve.
           options: extra HiGHS options (``{"mip_heuristic_effort": 0.3}``).
+          on_start: (HiGHS) called with the ``highspy.Highs`` object just before the search;
+            it may subscribe callbacks or stop the search (``cancelSolve()``) and may return a
+            function that is called when the search ends (to unsubscribe).
 
         Raises:
           SolverTimeoutError: the time limit hit before any feasible solution was found.
@@ -336,7 +340,7 @@ class MilpModel:
             time_limit = 1e7
         if backend == "highs":
             return self._solve_highs(time_limit, mip_gap, threads, warm_start, relax, log,
-                                     presolve, options or {})
+                                     presolve, options or {}, on_start)
         if backend == "cvxpy":
             return self._solve_cvxpy(time_limit, mip_gap, relax, log, options or {})
         if backend in ("cpsat", "race") and not relax:
@@ -426,14 +430,17 @@ class MilpModel:
                 h.setSolution(len(idx), idx, vals)
         build = time.perf_counter() - t0
         t1 = time.perf_counter()
+        cleanup = None
         if on_start is not None:  # a racing caller may stop the search: h.cancelSolve()
             h.HandleUserInterrupt = True
-            on_start(h)
+            cleanup = on_start(h)
         try:
             h.run()
         finally:
             if on_start is not None:  # highspy keeps interrupt callbacks beyond this object
                 h.HandleUserInterrupt = False
+            if callable(cleanup):
+                cleanup()
         solve_s = time.perf_counter() - t1
         ms = h.getModelStatus()
         info = h.getInfo()

@@ -11,6 +11,8 @@ Modules, each importing only those above it:
   heuristic schedules (warm starts and fallbacks);
 * :mod:`~solvers.checkmate.formulation`: the MILP's variables and core rows
   (:func:`add_checkmate_core`) with the :class:`CoreExtension` hook that POET builds on;
+* :mod:`~solvers.checkmate.repair`: a window MILP that repairs a schedule overshooting the
+  budget on a few steps (:func:`repair_schedule`, used by the lazy solve);
 * :mod:`~solvers.checkmate.milp`: the exact solve (:func:`solve_checkmate`) with its time split
   and fallbacks, and :func:`min_feasible_budget` (peak-minimising MILP);
 * :mod:`~solvers.checkmate.lp_round`: LP relaxation + rounding (:func:`solve_checkmate_lp`).
@@ -44,6 +46,7 @@ from solvers.checkmate.problem import (
     schedule_cost,
     schedule_memory,
 )
+from solvers.checkmate.repair import RepairResult, repair_schedule
 
 __all__ = [
     "CheckmateProblem",
@@ -68,6 +71,8 @@ __all__ = [
     "check_frontier_schedule",
     "to_frontier_form",
     "best_heuristic",
+    "repair_schedule",
+    "RepairResult",
 ]
 # ``_min_peak_schedule`` is re-exported (not in ``__all__``) for solve_checkmate_lp's call-time
 # lookup (see solvers.checkmate.lp_round._api) and the tests that substitute it.

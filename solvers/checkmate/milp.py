@@ -29,6 +29,7 @@ from solvers.checkmate.problem import (
     schedule_cost,
     schedule_memory,
 )
+from solvers.checkmate.repair import repair_schedule
 from solvers.milp import MilpModel, MilpSolution
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 Schedule = tuple[np.ndarray, np.ndarray]
+# share of the time limit the lazy solve keeps for repairing a relaxation's schedule that
+# overshoots the budget (:func:`solvers.checkmate.repair.repair_schedule`)
+REPAIR_SHARE = 0.1
 
 
 class SolveClock:
@@ -132,7 +136,9 @@ def solve_checkmate(
         frontier rows only, a relaxation), replay the schedule found, add the chain for every
         step whose replayed peak exceeds the budget, and solve again; a schedule of a relaxation
         that fits on replay is feasible, and optimal when within ``mip_gap`` of that
-        relaxation's bound.  See :func:`_solve_lazy` for the measurements.
+        relaxation's bound; a cheaper schedule that overshoots is repaired by a window MILP
+        around its overshooting steps (:func:`~solvers.checkmate.repair.repair_schedule`).
+        See :func:`_solve_lazy` for the measurements.
       backend: ``"highs"``, ``"cvxpy"`` or ``"cpsat"`` (OR-Tools CP-SAT, :mod:`solvers.cpsat`;
         ``threads`` is its worker count, default 4).  Zoo MLP (36 nodes) at 50 %: HiGHS proves
         1.340x in 40-60 s, CP-SAT in 12 s (``experiments/results/cpsat_benchmark.csv``).
@@ -298,6 +304,50 @@ def _raise_infeasible(problem: CheckmateProblem, clock: SolveClock) -> None:
     raise InfeasibleBudgetError(budget, mf, "" if exact else "min_feasible_bytes is an upper estimate")
 
 
+class _OvershootWatch:
+    """Stops a relaxation's search at ``deadline`` (``time.perf_counter()`` seconds) when its
+    incumbent overshoots the budget on replay and is cheaper than ``best``: the time left is
+    for :func:`~solvers.checkmate.repair.repair_schedule`.  An incumbent that fits, or none,
+    lets the search run to the time limit."""
+
+    def __init__(self, problem: CheckmateProblem, v: CheckmateVars, best: float,
+                 deadline: float) -> None:
+        self.problem, self.v, self.best, self.deadline = problem, v, best, deadline
+        self.over = False
+        self.stopped = False
+        self._h = None
+
+    def _stop_if_due(self) -> None:
+        if self.over and not self.stopped and time.perf_counter() >= self.deadline:
+            self.stopped = True
+            self._h.cancelSolve()
+
+    def _on_solution(self, event) -> None:
+        x = np.asarray(event.data_out.mip_solution, dtype=np.float64)
+        if x.size < self.v.R.max() + 1:
+            return
+        R, S = decode_schedule(self.problem, self.v, x)
+        peak, _ = schedule_memory(self.problem, R, S)
+        self.over = bool(peak > self.problem.budget and schedule_cost(self.problem, R) < self.best)
+        self._stop_if_due()
+
+    def attach(self, h):
+        """``on_start`` hook of :meth:`MilpModel.solve`: subscribe, arm the deadline timer."""
+        import threading
+
+        self._h = h
+        h.cbMipImprovingSolution.subscribe(self._on_solution)
+        timer = threading.Timer(max(0.0, self.deadline - time.perf_counter()), self._stop_if_due)
+        timer.daemon = True
+        timer.start()
+
+        def detach() -> None:
+            timer.cancel()
+            h.cbMipImprovingSolution.unsubscribe(self._on_solution)
+
+        return detach
+
+
 def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: Formulation,
                 clock: SolveClock, mip_gap: float, threads: int | None, presolve: bool,
                 options: dict | None, log: bool, lp: _LpBound, meta: dict) -> CheckmateSolution:
@@ -313,12 +363,17 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
     best bound, ``time_limit``).  With every step collected the model is the full one, so the
     loop ends.
 
-    Each round may use all the time left.  When a relaxation stops at its limit with schedules
-    that do not fit, the answer is the best schedule that does (often the warm start): zoo
-    ResNet-18 at 30 %, 20 s, the relaxation's best, 1.040x, overshot on one to three steps and
-    1.069x (greedy) was returned where the whole chain found 1.056x.  Giving a relaxation 70 %
-    of the time and the rest to rounds with the chain extended did not find a fitting schedule
-    there either, and cost the zoo MLP at 50 % a weaker bound (gap 6.3 % against 5.1-5.4 %).
+    Each round may use all the time left, with one exception: a schedule of a relaxation that
+    overshoots the budget and is cheaper than the incumbent is repaired
+    (:func:`~solvers.checkmate.repair.repair_schedule`: the exact MILP on windows of steps
+    around the overshoots, the other steps fixed), and a relaxation whose incumbent overshoots
+    is stopped at 90 % of the limit (:class:`_OvershootWatch`) to leave the repair its time.
+    Before the repair, zoo ResNet-18 at 30 % (20 s) returned the greedy start, 1.069-1.075x:
+    the relaxation's best, 1.040x, overshot on two steps, and the whole chain found 1.056x.
+    With it, the repaired relaxation schedule is returned (6 free steps, 1.5-2 s).  Giving a
+    relaxation 70 % of the time and the rest to rounds with the chain extended did not find a
+    fitting schedule there, and cost the zoo MLP at 50 % a weaker bound (gap 6.3 % against
+    5.1-5.4 %); so the watch keeps the whole limit for relaxations whose incumbent fits.
 
     Why: on the 100-layer random-width MLPs the full model's root LP and cuts take the whole
     minute; without the chain HiGHS proves seed 2 at 50 % in 10.5 s with a schedule that fits,
@@ -341,10 +396,12 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
         v = add_checkmate_core(model, problem, budget=budget, formulation=form)
         x0 = None if best is None else checkmate_vector(model, v, problem, best[1], best[2])
         build_s += time.perf_counter() - t_b
+        watch = _OvershootWatch(problem, v, math.inf if best is None else best[0],
+                                clock.start + (1.0 - REPAIR_SHARE) * clock.limit)
         try:
             sol = model.solve("highs", time_limit=clock.left(floor=0.05 * clock.limit),
-                              mip_gap=mip_gap, threads=threads,
-                              warm_start=x0, log=log, presolve=presolve, options=options)
+                              mip_gap=mip_gap, threads=threads, warm_start=x0, log=log,
+                              presolve=presolve, options=options, on_start=watch.attach)
         except SolverTimeoutError as e:  # no incumbent of this relaxation in time
             if e.bound is not None and math.isfinite(e.bound):
                 bound = max(bound, e.bound * v.cost_unit)
@@ -370,6 +427,15 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
                        "steps_over": int(len(over)), "time_s": sol.solve_time_s})
         if peak <= budget and (best is None or cost < best[0]):
             best = (cost, R, S)
+        elif peak > budget and (best is None or cost < best[0]) and clock.left() > 0.5:
+            fix = repair_schedule(problem, R, S, time_limit=min(
+                clock.left(), max(1.0, REPAIR_SHARE * clock.limit)), mip_gap=mip_gap,
+                threads=threads, formulation=formulation)
+            fixed_cost = None if fix.R is None else schedule_cost(problem, fix.R)
+            rounds[-1]["repair"] = {"status": fix.status, "objective": fixed_cost,
+                                    "free_steps": fix.free_steps, "time_s": fix.time_s}
+            if fixed_cost is not None and (best is None or fixed_cost < best[0]):
+                best = (fixed_cost, fix.R, fix.S)
         if best is not None and rel_gap(best[0], bound) <= mip_gap:
             status = "optimal"
             break
