@@ -19,6 +19,13 @@ compares HiGHS with the memory chain added lazily (the default) and whole
 
     python -m experiments.cpsat_benchmark --solvers highs highs-full \
         --out experiments/results/lazy_memory_zoo.csv
+
+``race`` races the lazy HiGHS loop against CP-SAT on the whole model
+(:mod:`solvers.checkmate.lazy_race`); ``race-full`` is the race on one model with the whole
+chain (:mod:`solvers.portfolio`, what ``race`` was before)::
+
+    python -m experiments.cpsat_benchmark --solvers race race-full \
+        --out experiments/results/lazy_race_zoo.csv
 """
 
 from __future__ import annotations
@@ -65,9 +72,9 @@ def main(argv=None) -> None:
                 row = dict(model=name, nodes=g.n, budget=budget, solver=solver,
                            time_limit_s=a.time_limit)
                 t = time.perf_counter()
-                # "highs-full": HiGHS with the whole memory chain (lazy_memory=False)
-                kw = ({"solver": "highs", "lazy_memory": False} if solver == "highs-full"
-                      else {"solver": solver})
+                # "highs-full" / "race-full": the whole memory chain (lazy_memory=False)
+                kw = ({"solver": solver[:-len("-full")], "lazy_memory": False}
+                      if solver.endswith("-full") else {"solver": solver})
                 try:
                     p = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
                                      **kw).plan(g)

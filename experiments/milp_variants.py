@@ -14,6 +14,8 @@ change at a time, each with the same time limit:
   starts and while the frontier runs), ``no_memory_chain_useful`` (the same with the
   dominance rows): its bound is a valid bound of the full model; its schedule is replayed and
   ``fits`` says whether it keeps the budget;
+* ``no_memory_chain_no_node_cuts``: the relaxation with HiGHS's cut separation at the root
+  only (``mip_allow_cut_separation_at_nodes=False``);
 * ``no_forward_recompute`` (a *restriction*: no recomputation in the steps up to the first
   backward node): its schedules are valid, its bound is *not* a bound of the full model.
 
@@ -45,7 +47,8 @@ OUT = pathlib.Path(__file__).resolve().parent / "results" / "milp_variants.csv"
 FIELDS = ["seed", "budget", "variant", "kind", "time_limit_s", "wall_s", "status", "overhead",
           "lower_bound_overhead", "gap", "fits"]
 VARIANTS = ("default", "presolve_off", "no_restart", "no_heuristics", "useful",
-            "no_memory_chain", "no_memory_chain_useful", "no_forward_recompute")
+            "no_memory_chain", "no_memory_chain_useful", "no_forward_recompute",
+            "no_memory_chain_no_node_cuts")
 
 
 def _solve_model(problem, warm, variant: str, time_limit: float, first_backward: int):
@@ -62,13 +65,16 @@ def _solve_model(problem, warm, variant: str, time_limit: float, first_backward:
     model = MilpModel(variant)
     form = Formulation(memory_chain=not variant.startswith("no_memory_chain"),
                        useful=variant.endswith("useful"))
+    options = ({"mip_allow_cut_separation_at_nodes": False}
+               if variant.endswith("no_node_cuts") else {})
     v = add_checkmate_core(model, problem, budget=problem.budget, formulation=form)
     if variant == "no_forward_recompute":
         t, i = np.tril_indices(problem.n, -1)
         cols = v.R[t[t < first_backward], i[t < first_backward]]
         model.set_bounds(cols[cols >= 0], ub=0.0)
     x0 = checkmate_vector(model, v, problem, *normalize(problem, *warm))
-    sol = model.solve("highs", time_limit=time_limit, mip_gap=1e-4, warm_start=x0)
+    sol = model.solve("highs", time_limit=time_limit, mip_gap=1e-4, warm_start=x0,
+                      options=options)
     R, S = decode_schedule(problem, v, sol.x)
     return sol.status, (R, S), schedule_cost(problem, R), sol.bound * v.cost_unit
 
@@ -91,6 +97,7 @@ def run(seed: int, budget: str, variant: str, time_limit: float) -> dict:
     first_backward = min(nd.index for nd in g.nodes if nd.is_backward)
     base = float(g.costs.sum())
     kind = {"no_memory_chain": "relaxation", "no_memory_chain_useful": "relaxation",
+            "no_memory_chain_no_node_cuts": "relaxation",
             "no_forward_recompute": "restriction"}.get(variant, "exact")
     t0 = time.perf_counter()
     if kind == "exact":

@@ -54,10 +54,12 @@ class Checkmate(BasePolicy):
       relax: ``None`` for the exact MILP, ``"lp"`` for LP relaxation + rounding.
       solver: ``"highs"`` (highspy, direct), ``"cvxpy"`` (cvxpy's HiGHS; exact MILP only),
         ``"cpsat"`` (OR-Tools CP-SAT, the ``cpsat`` extra; exact MILP only, ``threads``
-        workers) or ``"race"`` (HiGHS and CP-SAT at once, first proof wins:
-        :mod:`solvers.portfolio`; what ``remat compare`` uses up to 100 nodes).
+        workers) or ``"race"`` (HiGHS and CP-SAT at once, first proof wins; with
+        ``lazy_memory`` the lazy HiGHS loop against CP-SAT's whole model,
+        :mod:`solvers.checkmate.lazy_race`, otherwise one model, :mod:`solvers.portfolio`;
+        what ``remat compare`` uses up to 100 nodes).
       warm_start: start the MILP from the best available heuristic schedule.
-      lazy_memory: (HiGHS) build the MILP's ``U``/``FREE`` memory chain only on the steps
+      lazy_memory: (HiGHS and the race) build the MILP's ``U``/``FREE`` memory chain only on the steps
         whose replayed peak a relaxation without it overshoots
         (:func:`solvers.checkmate.milp.solve_checkmate`); ``meta["lazy_rounds"]`` lists the
         rounds.  100-layer random-width MLPs, 60 s: 7 of 10 proven optimal instead of 4

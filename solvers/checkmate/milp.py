@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 
 import numpy as np
@@ -131,14 +132,16 @@ def solve_checkmate(
         a 60 s time-out (gap 1.2%), so it stays on.
       time_limit: seconds for everything (LP bound, model build, MILP).
       mip_gap: relative gap at which the solve stops (HiGHS ``mip_rel_gap``).
-      lazy_memory: (HiGHS, with the formulation's full memory chain) build the ``U``/``FREE``
-        memory chain only for the steps that need it: solve without it (start-of-step and
-        frontier rows only, a relaxation), replay the schedule found, add the chain for every
-        step whose replayed peak exceeds the budget, and solve again; a schedule of a relaxation
+      lazy_memory: (HiGHS and the race, with the formulation's full memory chain) build the
+        ``U``/``FREE`` memory chain only for the steps that need it: solve without it
+        (start-of-step and frontier rows only, a relaxation), replay the schedule found, add
+        the chain for every step whose replayed peak exceeds the budget, and solve again; a
+        schedule of a relaxation
         that fits on replay is feasible, and optimal when within ``mip_gap`` of that
         relaxation's bound; a cheaper schedule that overshoots is repaired by a window MILP
         around its overshooting steps (:func:`~solvers.checkmate.repair.repair_schedule`).
-        See :func:`_solve_lazy` for the measurements.
+        See :func:`_solve_lazy` for the measurements.  With ``backend="race"`` the lazy
+        HiGHS loop races CP-SAT on the whole model (:mod:`solvers.checkmate.lazy_race`).
       backend: ``"highs"``, ``"cvxpy"`` or ``"cpsat"`` (OR-Tools CP-SAT, :mod:`solvers.cpsat`;
         ``threads`` is its worker count, default 4).  Zoo MLP (36 nodes) at 50 %: HiGHS proves
         1.340x in 40-60 s, CP-SAT in 12 s (``experiments/results/cpsat_benchmark.csv``).
@@ -168,10 +171,18 @@ def solve_checkmate(
         done = _answer_without_milp(problem, warm, lp, clock, mip_gap, meta)
         if done is not None:
             return done
-    if (lazy_memory and backend == "highs" and formulation.memory_chain
-            and formulation.chain_steps is None):
+    lazy = lazy_memory and formulation.memory_chain and formulation.chain_steps is None
+    if lazy and backend == "highs":
         return _solve_lazy(problem, warm, formulation, clock, mip_gap, threads, presolve,
                            options, log, lp, meta)
+    if lazy and backend == "race":  # the lazy HiGHS loop against CP-SAT's whole model
+        from solvers.checkmate.lazy_race import solve_lazy_race
+
+        opts = dict(options or {})
+        workers = int(opts.pop("cpsat_workers", 3))
+        opts.pop("log", None)
+        return solve_lazy_race(problem, warm, formulation, clock, mip_gap, threads, presolve,
+                               opts, log, lp, meta, cpsat_workers=workers)
     t_b = time.perf_counter()
     model = MilpModel("checkmate")
     v = add_checkmate_core(model, problem, budget=problem.budget, formulation=formulation)
@@ -304,6 +315,33 @@ def _raise_infeasible(problem: CheckmateProblem, clock: SolveClock) -> None:
     raise InfeasibleBudgetError(budget, mf, "" if exact else "min_feasible_bytes is an upper estimate")
 
 
+class LazyCancel:
+    """Stops :func:`_solve_lazy` from another thread (a racing back end that proved first):
+    :meth:`cancel` stops the HiGHS search under way and no further round starts."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._h = None
+
+    def attach(self, h) -> None:
+        """The HiGHS object of the round about to run (stopped at once if already cancelled)."""
+        with self._lock:
+            self._h = h
+            if self.event.is_set():
+                h.cancelSolve()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._h = None
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.event.set()
+            if self._h is not None:
+                self._h.cancelSolve()
+
+
 class _OvershootWatch:
     """Stops a relaxation's search at ``deadline`` (``time.perf_counter()`` seconds) when its
     incumbent overshoots the budget on replay and is cheaper than ``best``: the time left is
@@ -311,8 +349,9 @@ class _OvershootWatch:
     lets the search run to the time limit."""
 
     def __init__(self, problem: CheckmateProblem, v: CheckmateVars, best: float,
-                 deadline: float) -> None:
+                 deadline: float, cancel: LazyCancel | None = None) -> None:
         self.problem, self.v, self.best, self.deadline = problem, v, best, deadline
+        self.cancel = cancel
         self.over = False
         self.stopped = False
         self._h = None
@@ -336,6 +375,8 @@ class _OvershootWatch:
         import threading
 
         self._h = h
+        if self.cancel is not None:
+            self.cancel.attach(h)
         h.cbMipImprovingSolution.subscribe(self._on_solution)
         timer = threading.Timer(max(0.0, self.deadline - time.perf_counter()), self._stop_if_due)
         timer.daemon = True
@@ -344,13 +385,16 @@ class _OvershootWatch:
         def detach() -> None:
             timer.cancel()
             h.cbMipImprovingSolution.unsubscribe(self._on_solution)
+            if self.cancel is not None:
+                self.cancel.detach()
 
         return detach
 
 
 def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: Formulation,
                 clock: SolveClock, mip_gap: float, threads: int | None, presolve: bool,
-                options: dict | None, log: bool, lp: _LpBound, meta: dict) -> CheckmateSolution:
+                options: dict | None, log: bool, lp: _LpBound, meta: dict,
+                cancel: LazyCancel | None = None) -> CheckmateSolution:
     """The MILP with its memory chain added lazily, step by step (``lazy_memory``).
 
     Round ``r`` solves the model whose ``U``/``FREE`` chain covers the steps collected so far
@@ -388,7 +432,7 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
     build_s = solve_s = 0.0
     nodes = 0
     status = "time_limit"
-    while True:
+    while cancel is None or not cancel.event.is_set():
         t_b = time.perf_counter()
         form = dataclasses.replace(formulation, memory_chain=bool(steps),
                                    chain_steps=tuple(sorted(steps)) if steps else None)
@@ -397,7 +441,7 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
         x0 = None if best is None else checkmate_vector(model, v, problem, best[1], best[2])
         build_s += time.perf_counter() - t_b
         watch = _OvershootWatch(problem, v, math.inf if best is None else best[0],
-                                clock.start + (1.0 - REPAIR_SHARE) * clock.limit)
+                                clock.start + (1.0 - REPAIR_SHARE) * clock.limit, cancel)
         try:
             sol = model.solve("highs", time_limit=clock.left(floor=0.05 * clock.limit),
                               mip_gap=mip_gap, threads=threads, warm_start=x0, log=log,
@@ -427,7 +471,8 @@ def _solve_lazy(problem: CheckmateProblem, warm: Schedule | None, formulation: F
                        "steps_over": int(len(over)), "time_s": sol.solve_time_s})
         if peak <= budget and (best is None or cost < best[0]):
             best = (cost, R, S)
-        elif peak > budget and (best is None or cost < best[0]) and clock.left() > 0.5:
+        elif (peak > budget and (best is None or cost < best[0]) and clock.left() > 0.5
+              and (cancel is None or not cancel.event.is_set())):
             fix = repair_schedule(problem, R, S, time_limit=min(
                 clock.left(), max(1.0, REPAIR_SHARE * clock.limit)), mip_gap=mip_gap,
                 threads=threads, formulation=formulation)
