@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import pathlib
 import time
 
@@ -78,6 +79,10 @@ def main(argv=None) -> None:
     ap.add_argument("--cold", action="store_true", help="also run with warm_start=False")
     ap.add_argument("--stages", type=int, default=1000)
     ap.add_argument("--solver", default="highs", choices=["highs", "cpsat"])
+    ap.add_argument("--path-cuts", choices=["on", "off", "both"], default="on",
+                    help="Checkmate(path_cuts=...); 'off' rows say solver "
+                         "'<solver>-no-path-cuts'; 'both' solves each graph both ways (one "
+                         "extraction, so one host calibration: the same instance)")
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
     from experiments.tables import ResumableCsv, write_rows
@@ -89,17 +94,21 @@ def main(argv=None) -> None:
             write_rows(a.out, [{**r, "solver": "highs"} for r in old], fields=FIELDS)
     out = ResumableCsv(a.out, FIELDS, key=lambda r: (str(r["seed"]), r["budget"],
                                                      str(r["warm_start"]), r["solver"]))
+    cut_modes = {"on": [True], "off": [False], "both": [False, True]}[a.path_cuts]
     for seed in a.seeds:
         loss, params, batch = random_width_mlp(seed)
         g = remat.extract(loss, params, batch, stages=a.stages)
         base = float(g.costs.sum())
         for budget in a.budgets:
-            for warm in ([True, False] if a.cold else [True]):
-                if (str(seed), budget, str(warm), a.solver) in out:
+            for warm, cuts in itertools.product([True, False] if a.cold else [True],
+                                                cut_modes):
+                label = a.solver + ("" if cuts else "-no-path-cuts")
+                if (str(seed), budget, str(warm), label) in out:
                     continue
                 t = time.perf_counter()
                 plan = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
-                                    warm_start=warm, solver=a.solver).plan(g)
+                                    warm_start=warm, solver=a.solver,
+                                    path_cuts=cuts).plan(g)
                 m = plan.meta
                 tried = m.get("tried", {})
                 src = m.get("warm_start")
@@ -112,7 +121,7 @@ def main(argv=None) -> None:
                            best_of=m.get("best_of"), warm_source=src,
                            warm_overhead=(round(tried[src] / base, 5)
                                           if tried.get(src) is not None else ""),
-                           solver=a.solver)
+                           solver=label)
                 out.append(row)
                 print(row, flush=True)
 

@@ -64,6 +64,8 @@ class Checkmate(BasePolicy):
         (:func:`solvers.checkmate.milp.solve_checkmate`); ``meta["lazy_rounds"]`` lists the
         rounds.  100-layer random-width MLPs, 60 s: 7 of 10 proven optimal instead of 4
         (``experiments/results/milp_unseen.csv``).
+      path_cuts: (HiGHS and the race) strengthen the small LP solved first with path cuts
+        (:mod:`solvers.checkmate.path_cuts`) and give the MILP the rows that bind there.
       lns: anytime mode for large graphs: improve the best warm start by large-neighbourhood
         search (:func:`solvers.checkmate.lns.solve_checkmate_lns`, windows of ``lns_window``
         steps re-solved by the MILP) instead of one MILP over every step; falls back to the
@@ -109,6 +111,7 @@ class Checkmate(BasePolicy):
     solver: str = "highs"
     warm_start: bool = True
     lazy_memory: bool = True
+    path_cuts: bool = True
     lns: bool = False
     lns_window: int = 16
     lns_lp_start: bool = True
@@ -178,7 +181,8 @@ class Checkmate(BasePolicy):
             else:
                 sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                       threads=self.threads, backend=self.solver,
-                                      warm_start=warm, lazy_memory=self.lazy_memory)
+                                      warm_start=warm, lazy_memory=self.lazy_memory,
+                                      path_cuts=self.path_cuts)
         meta = dict(sol.meta)
         R, S, status, objective, best_of = sol.R, sol.S, sol.status, sol.objective, "solver"
         if self.relax is None and isinstance(warm, tuple):

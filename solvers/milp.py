@@ -362,32 +362,18 @@ class MilpModel:
         check_backend(backend)  # raises for an unknown name
         raise SolverError(f"backend {backend!r} cannot solve this model")  # not reached
 
-    def _solve_highs(self, time_limit, mip_gap, threads, warm_start, relax, log, presolve,
-                     options, on_start=None) -> MilpSolution:
+    def to_highs(self, *, relax: bool = False, log: bool = False):
+        """A ``highspy.Highs`` holding this model (integrality dropped with ``relax``); the
+        caller may change it (add rows, re-run warm, as the path-cut loop of
+        :mod:`solvers.checkmate.path_cuts` does).  Returns ``(highs, is_mip)``."""
         import highspy
 
-        t0 = time.perf_counter()
         A, lo, hi = self.matrix()
         lb, ub, integ = self._col_arrays()
         c = self.objective_vector()
         inf = highspy.kHighsInf
         h = _new_highs(quiet=not log)
         h.setOptionValue("output_flag", bool(log))
-        h.setOptionValue("time_limit", float(time_limit))
-        h.setOptionValue("mip_rel_gap", float(mip_gap))
-        h.setOptionValue("presolve", "on" if presolve else "off")
-        if threads is not None:
-            # HiGHS keeps one global thread pool per process; a different thread count than the
-            # pool was started with makes run() fail, so restart the pool when it changes.
-            global _HIGHS_THREADS
-            if _HIGHS_THREADS != int(threads):
-                highspy.Highs.resetGlobalScheduler(True)
-            _HIGHS_THREADS = int(threads)
-            h.setOptionValue("threads", int(threads))
-        elif _HIGHS_THREADS is not None:
-            h.setOptionValue("threads", _HIGHS_THREADS)
-        for k, v in options.items():
-            h.setOptionValue(k, v)
         lp = highspy.HighsLp()
         lp.num_col_ = self._nv
         lp.num_row_ = self._nr
@@ -413,6 +399,20 @@ class MilpModel:
         st = h.passModel(lp)
         if st == highspy.HighsStatus.kError:
             raise SolverError("HiGHS rejected the model (passModel)")
+        return h, is_mip
+
+    def _solve_highs(self, time_limit, mip_gap, threads, warm_start, relax, log, presolve,
+                     options, on_start=None) -> MilpSolution:
+        import highspy
+
+        t0 = time.perf_counter()
+        h, is_mip = self.to_highs(relax=relax, log=log)
+        h.setOptionValue("time_limit", float(time_limit))
+        h.setOptionValue("mip_rel_gap", float(mip_gap))
+        h.setOptionValue("presolve", "on" if presolve else "off")
+        set_highs_threads(h, threads)
+        for k, v in options.items():
+            h.setOptionValue(k, v)
         if warm_start is not None and is_mip:
             if isinstance(warm_start, tuple):
                 idx, vals = (np.asarray(warm_start[0], np.int32),
@@ -545,6 +545,23 @@ class MilpModel:
         bound = obj if (status == "optimal" and not len(int_idx)) else math.nan
         gap = 0.0 if status == "optimal" else math.nan
         return MilpSolution(status, xv, obj, bound, gap, solve_s, build, -1, "cvxpy", str(st))
+
+
+def set_highs_threads(h, threads: int | None) -> None:
+    """Set ``threads`` on a ``highspy.Highs`` (``None``: the count the process pool runs).
+
+    HiGHS keeps one global thread pool per process; a different thread count than the pool was
+    started with makes ``run()`` fail, so the pool is restarted when the count changes."""
+    import highspy
+
+    global _HIGHS_THREADS
+    if threads is not None:
+        if _HIGHS_THREADS != int(threads):
+            highspy.Highs.resetGlobalScheduler(True)
+        _HIGHS_THREADS = int(threads)
+        h.setOptionValue("threads", int(threads))
+    elif _HIGHS_THREADS is not None:
+        h.setOptionValue("threads", _HIGHS_THREADS)
 
 
 def _gap(obj: float, bound: float) -> float:

@@ -1,0 +1,168 @@
+"""Path cuts of the Checkmate MILP (:mod:`solvers.checkmate.path_cuts`).
+
+Validity is checked against the exact separation itself: :func:`separate` finds the smallest
+right-hand side over *every* path and every ``t0``, so at a legal integer schedule it must
+find no violated row at all, whatever the schedule (random legal schedules, heuristics, MILP
+optima).  A cut that drops a term or lets ``t0`` reach the value's own step fails these tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_checkmate import _random_problem
+
+import remat
+from solvers.checkmate import CheckmateProblem, min_feasible_budget, solve_checkmate
+from solvers.checkmate.formulation import Formulation, add_checkmate_core
+from solvers.checkmate.frontier import heuristic_schedules, min_r_given_s
+from solvers.checkmate.path_cuts import PathCuts, path_cut_loop, separate
+from solvers.checkmate.problem import schedule_cost, schedule_memory
+from solvers.milp import MilpModel
+
+
+def _legal_schedules(P: CheckmateProblem, rng, count: int):
+    """Random legal frontier schedules: random checkpoint sets, cheapest ``R`` for each."""
+    n = P.n
+    for _ in range(count):
+        p = rng.uniform(0.05, 0.9)
+        S = np.tril(rng.random((n, n)) < p, -1)
+        yield min_r_given_s(P, S)
+    for _, R, S in heuristic_schedules(P):
+        yield R, S
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_path_cut_cuts_off_a_legal_schedule(seed):
+    """At a legal 0/1 schedule the exact separation (all demands, every ``t0``, the cheapest
+    path) finds nothing violated."""
+    rng = np.random.default_rng(seed)
+    P = _random_problem(int(rng.integers(8, 22)), seed, 1.0)
+    count = 0
+    for R, S in _legal_schedules(P, rng, 40):
+        cuts = separate(P, R.astype(float), S.astype(float), eps=1e-9, per_demand=3,
+                        frontier_only=False)
+        assert cuts.num_rows == 0, (seed, cuts.num_rows)
+        count += 1
+    assert count >= 40
+
+
+def test_no_path_cut_cuts_off_the_optimum_on_a_chain():
+    """A chain where recomputation is needed: the exact optimum (no cuts) violates no row."""
+    rng = np.random.default_rng(1)
+    L = 14
+    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
+    P = CheckmateProblem.from_graph(g, math.ceil(0.35 * g.no_remat_peak()))
+    sol = solve_checkmate(P, time_limit=30, lp_first=False, warm_start=None, mip_gap=1e-6)
+    assert sol.status == "optimal" and sol.R.sum() > P.n  # something is recomputed
+    cuts = separate(P, sol.R.astype(float), sol.S.astype(float), eps=1e-9, frontier_only=False)
+    assert cuts.num_rows == 0
+
+
+def _lp_point(P):
+    model = MilpModel("lp")
+    v = add_checkmate_core(model, P, budget=P.budget, formulation=Formulation(memory_chain=False))
+    x = model.solve("highs", relax=True).x
+    R = np.where(v.R >= 0, x[np.maximum(v.R, 0)], 0.0)
+    S = np.where(v.S >= 0, x[np.maximum(v.S, 0)], 0.0)
+    return model, v, x, R, S
+
+
+def _chain_problem(L=40, seed=0, frac=0.3):
+    rng = np.random.default_rng(seed)
+    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
+    return CheckmateProblem.from_graph(g, math.ceil(frac * g.no_remat_peak()))
+
+
+def test_separated_rows_are_violated_by_the_lp_point_and_map_to_columns():
+    """Rows found at the LP optimum are violated there by what :meth:`PathCuts.violation` says,
+    the same number is what the model's columns give (``coo``), and ``subset`` / ``concat``
+    keep rows and terms together."""
+    P = _chain_problem()
+    model, v, x, R, S = _lp_point(P)
+    cuts = separate(P, R, S, frontier_only=False)
+    assert cuts.num_rows > 0
+    viol = cuts.violation(R, S)
+    assert np.all(viol > 1e-3)
+    rows, cols, vals, lo = cuts.coo(v)
+    act = np.bincount(rows, weights=vals * x[cols], minlength=cuts.num_rows)
+    np.testing.assert_allclose(lo - act, viol, atol=1e-9)
+    pick = np.arange(cuts.num_rows)[::3][::-1]
+    sub = cuts.subset(pick)
+    np.testing.assert_allclose(sub.violation(R, S), viol[pick], atol=1e-12)
+    both = PathCuts.concat([sub, cuts])
+    np.testing.assert_allclose(both.violation(R, S), np.r_[viol[pick], viol], atol=1e-12)
+
+
+def test_cut_loop_raises_the_lp_bound_and_stays_below_the_optimum():
+    """On a 40-layer chain at 30 % the LP's fractional recomputation chains are cut off: the
+    bound rises strictly, and stays at or below the exact optimum."""
+    P = _chain_problem()
+    res = path_cut_loop(P, Formulation(), 30.0, keep="all")
+    first = res.rounds[0]["bound"]
+    assert res.bound > first * (1 + 1e-6), (first, res.bound)
+    opt = solve_checkmate(P, time_limit=60, lp_first=False, mip_gap=1e-6)
+    assert opt.status == "optimal"
+    assert res.bound <= opt.objective * (1 + 1e-9)
+    assert res.cuts.num_rows > 0 and len(res.rounds) >= 2
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_milp_with_path_cuts_finds_the_same_optimum(lazy):
+    """Random DAGs between their smallest feasible budget and the no-remat peak: with and
+    without the cuts the proven optimum is the same, and the schedule fits on replay."""
+    with_cuts = 0
+    for seed in range(4):
+        for n in (12, 16):
+            P0 = _random_problem(n, 100 * seed + n, 1.0)
+            top, lo = P0.budget, min_feasible_budget(P0)[0]
+            for frac in (0.1, 0.4):
+                P = P0.with_budget(lo + int(frac * (top - lo)))
+                a = solve_checkmate(P, time_limit=30, mip_gap=1e-6, lazy_memory=lazy)
+                b = solve_checkmate(P, time_limit=30, mip_gap=1e-6, lazy_memory=lazy,
+                                    path_cuts=False)
+                assert a.status == b.status == "optimal"
+                assert a.objective == pytest.approx(b.objective, rel=1e-6)
+                peak, _ = schedule_memory(P, a.R, a.S)
+                assert peak <= P.budget
+                assert a.objective == pytest.approx(schedule_cost(P, a.R))
+                assert "path_cuts" not in b.meta
+                with_cuts += a.meta.get("path_cuts", {}).get("rounds", 0) > 0
+    assert with_cuts >= 8  # most instances went through the cut loop (not checkpoint-all)
+
+
+@pytest.mark.parametrize("model", ["nnx", "linen-random-width"])
+def test_path_cuts_on_models_we_did_not_write(model):
+    """A 16-layer Flax nnx MLP and a 30-layer random-width Flax linen MLP (one stage per
+    layer) at 30 %: Checkmate with and without path cuts proves the same optimum, and the plan
+    made with them gives jax's value and gradients through ``remat.value_and_grad`` (rtol 1e-5)
+    with its saved residual bytes within the plan's, or a warning."""
+    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from test_fidelity import nnx_mlp
+
+    import policies
+    from experiments.milp_unseen import random_width_mlp
+    from remat.schedule import replay
+
+    if model == "nnx":
+        loss, params, x = nnx_mlp(L=16)
+        args = (params, x)
+    else:
+        loss, params, batch = random_width_mlp(3, layers=30, numpy_params=True)
+        args = (params, batch)
+    g = remat.extract(loss, *args, stages=1000)
+    b = remat.resolve_budget("30%", g)
+    plans = {cuts: policies.get("checkmate", budget=b, time_limit=40,
+                                path_cuts=cuts).plan(g) for cuts in (True, False)}
+    on, off = plans[True], plans[False]
+    assert on.meta["status"] == off.meta["status"] == "optimal"
+    assert on.meta["objective"] == pytest.approx(off.meta["objective"], rel=2e-4)
+    assert on.meta["path_cuts"]["rounds"] >= 1 and "path_cuts" not in off.meta
+    assert replay(g, on).peak_bytes <= b
+    vg = remat.value_and_grad(loss, policies.get("checkmate", budget="30%", time_limit=40),
+                              stages=1000)
+    ap, fid = run_against_jax(vg, loss, *args)
+    assert "path_cuts" in ap.plan.meta
+    assert_residuals_within_plan_or_warned(ap, fid)
