@@ -91,6 +91,12 @@ n = 100 / 250 (n = 500 / 1000 were not re-run: their pebbling rows take minutes)
 
     $P --hard-timeout 1200 --graphs $NR random_layered_n100_ random_layered_n250_ --methods heuristic --force --proof-time 60
 
+Once the MILP's memory chain was added lazily (and repaired), before path cuts, the MILP rows at
+m = 0.9 / 0.8 of the network graphs and n = 100, ResNet-50 with 120 s::
+
+    $P --hard-timeout 240 --graphs VGG16 VGG19 vgg_unet fcn_8 segnet MobileNet random_layered_n100_ --mults 0.9 0.8 --methods milp --force
+    python -m experiments.solver_benchmark_published --time-limit 120 --hard-timeout 400 --graphs ResNet50 --mults 0.9 0.8 --methods milp --force
+
 The full protocol (300 s per solve, every graph) is the default:
 
     python -m experiments.solver_benchmark_published
