@@ -633,14 +633,9 @@ def test_lazy_memory_chain_equals_the_full_model():
     assert repaired and min(repaired) >= 1 - 1e-6, repaired
 
 
-@pytest.mark.parametrize("model", ["nnx", "linen-random-width"])
-def test_lazy_memory_policy_on_models_we_did_not_write(model):
-    """Checkmate with the memory chain added lazily (the default) and whole, on a 16-layer Flax
-    nnx MLP and a 30-layer random-width Flax linen MLP (one stage per layer) at 50 %: both prove
-    the same optimum (20 s: lazy 2.6 s and 6.3 s, whole 2.2 s and 15.5 s); the lazy plan through remat.value_and_grad gives jax's value and gradients
-    (rtol 1e-5) and keeps its saved residual bytes within the plan's, or warns; the
-    executor runs it with jax's gradients and measured live bytes within 5 % of the replay."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+def mlp_we_did_not_write(model: str):
+    """``(loss, args, graph)`` of a 16-layer Flax nnx MLP (``"nnx"``) or a 30-layer random-width
+    Flax linen MLP (``"linen-random-width"``), extracted with one stage per layer."""
     from test_fidelity import nnx_mlp
 
     from experiments.milp_unseen import random_width_mlp
@@ -651,7 +646,18 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     else:
         loss, params, batch = random_width_mlp(3, layers=30, numpy_params=True)
         args = (params, batch)
-    g = remat.extract(loss, *args, stages=1000)
+    return loss, args, remat.extract(loss, *args, stages=1000)
+
+
+@pytest.mark.parametrize("model", ["nnx", "linen-random-width"])
+def test_lazy_memory_policy_on_models_we_did_not_write(model):
+    """Checkmate with the memory chain added lazily (the default) and whole, on a 16-layer Flax
+    nnx MLP and a 30-layer random-width Flax linen MLP (one stage per layer) at 50 %: both prove
+    the same optimum (20 s: lazy 2.6 s and 6.3 s, whole 2.2 s and 15.5 s); the lazy plan through remat.value_and_grad gives jax's value and gradients
+    (rtol 1e-5) and keeps its saved residual bytes within the plan's, or warns; the
+    executor runs it with jax's gradients and measured live bytes within 5 % of the replay."""
+    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    loss, args, g = mlp_we_did_not_write(model)
     b = remat.resolve_budget("50%", g)
     plans = {lazy: policies.get("checkmate", budget=b, time_limit=40,
                                 lazy_memory=lazy).plan(g) for lazy in (True, False)}

@@ -140,19 +140,12 @@ def test_path_cuts_on_models_we_did_not_write(model):
     made with them gives jax's value and gradients through ``remat.value_and_grad`` (rtol 1e-5)
     with its saved residual bytes within the plan's, or a warning."""
     from dropin import assert_residuals_within_plan_or_warned, run_against_jax
-    from test_fidelity import nnx_mlp
+    from test_checkmate import mlp_we_did_not_write
 
     import policies
-    from experiments.milp_unseen import random_width_mlp
     from remat.schedule import replay
 
-    if model == "nnx":
-        loss, params, x = nnx_mlp(L=16)
-        args = (params, x)
-    else:
-        loss, params, batch = random_width_mlp(3, layers=30, numpy_params=True)
-        args = (params, batch)
-    g = remat.extract(loss, *args, stages=1000)
+    loss, args, g = mlp_we_did_not_write(model)
     b = remat.resolve_budget("30%", g)
     plans = {cuts: policies.get("checkmate", budget=b, time_limit=40,
                                 path_cuts=cuts).plan(g) for cuts in (True, False)}
