@@ -2,6 +2,10 @@
 peak-minimising MILP behind :func:`min_feasible_budget`.
 
 Times are wall seconds (:class:`SolveClock`), memory bytes, costs the problem's cost units.
+
+Length: the whole solve and the lazy loop share the LP-first step, the time split, the
+infeasibility answer and the incumbent/bound bookkeeping; keeping them in one module keeps one
+definition of each (the race, the repair and the path cuts live in their own modules).
 """
 
 from __future__ import annotations
