@@ -160,3 +160,18 @@ def test_path_cuts_on_models_we_did_not_write(model):
     ap, fid = run_against_jax(vg, loss, *args)
     assert "path_cuts" in ap.plan.meta
     assert_residuals_within_plan_or_warned(ap, fid)
+
+
+def test_bad_input_is_a_typed_error():
+    from remat.errors import SolverError
+
+    P = _chain_problem(L=6)
+    z = np.zeros((P.n, P.n))
+    with pytest.raises(SolverError, match="shape"):
+        separate(P, z[:-1], z)
+    with pytest.raises(SolverError, match="per_demand"):
+        separate(P, z, z, per_demand=0)
+    with pytest.raises(SolverError, match="keep"):
+        path_cut_loop(P, Formulation(), 5.0, keep="some")
+    with pytest.raises(SolverError, match="time_limit"):
+        path_cut_loop(P, Formulation(), -1.0)

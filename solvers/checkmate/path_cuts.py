@@ -266,6 +266,10 @@ def separate(problem: CheckmateProblem, R: np.ndarray, S: np.ndarray, *, eps: fl
     n = problem.n
     R = np.ascontiguousarray(R, np.float64)
     S = np.ascontiguousarray(S, np.float64)
+    if R.shape != (n, n) or S.shape != (n, n):
+        raise SolverError(f"R {R.shape} and S {S.shape} must have shape ({n}, {n})")
+    if not (isinstance(per_demand, int | np.integer) and per_demand >= 1):
+        raise SolverError(f"per_demand must be a positive integer, got {per_demand!r}")
     if n < 2:
         return PathCuts.empty()
     table, minima = _get_kernels()
@@ -371,6 +375,10 @@ def path_cut_loop(problem: CheckmateProblem, formulation: Formulation, time_limi
     """
     import highspy
 
+    if keep not in ("dual", "tight", "all"):
+        raise SolverError(f"keep must be 'dual', 'tight' or 'all', got {keep!r}")
+    if not (isinstance(time_limit, int | float) and time_limit > 0):
+        raise SolverError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     t_start = time.perf_counter()
     model = MilpModel("checkmate_path_cuts")
     v = add_checkmate_core(model, problem, budget=problem.budget, formulation=dataclasses.replace(
