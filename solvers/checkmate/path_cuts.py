@@ -46,6 +46,9 @@ instances; with and without the cuts on the same instance):
 * three instances of one calibration (seeds 0, 2, 4; measured before the cold restarts were
   added): proven optimal in 26 / 37 / 46 s with the cuts, none without (gaps 0.038 / 0.049 / 0.100 %); on seed 0 the LP bound rises from
   1.20492x to 1.20546x (optimum 1.20624x);
+* (the two sets above: ``experiments/results/path_cuts_paired.csv``, instances of
+  ``experiments.milp_unseen.random_width_mlp(seed, numpy_params=True)`` extracted once per set
+  and solved in one process each, by a script not kept in the repository)
 * five seeds of a third calibration, through :func:`~solvers.checkmate.milp.solve_checkmate`
   with the policy's warm start: 4 of 5 proven with the cuts (seeds 0-3 in 31 / 27 / 39 / 43 s),
   2 of 5 without (seeds 1, 3 in 24 / 35 s); seed 4 stops at 0.074 % with, 0.091 % without;
