@@ -46,7 +46,7 @@ instances; with and without the cuts on the same instance):
 * three instances of one calibration (seeds 0, 2, 4; measured before the cold restarts were
   added): proven optimal in 26 / 37 / 46 s with the cuts, none without (gaps 0.038 / 0.049 / 0.100 %); on seed 0 the LP bound rises from
   1.20492x to 1.20546x (optimum 1.20624x);
-* (the two sets above: ``experiments/results/path_cuts_paired.csv``, instances of
+* (this set and the next: ``experiments/results/path_cuts_paired.csv``, instances of
   ``experiments.milp_unseen.random_width_mlp(seed, numpy_params=True)`` extracted once per set
   and solved in one process each, by a script not kept in the repository)
 * five seeds of a third calibration, through :func:`~solvers.checkmate.milp.solve_checkmate`
