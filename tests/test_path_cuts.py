@@ -109,6 +109,48 @@ def test_cut_loop_raises_the_lp_bound_and_stays_below_the_optimum():
     assert res.cuts.num_rows > 0 and len(res.rounds) >= 2
 
 
+def _lp_bound_with(P, cuts):
+    model = MilpModel("lp")
+    v = add_checkmate_core(model, P, budget=P.budget, formulation=Formulation(memory_chain=False))
+    cuts.add_to(model, v)
+    return model.solve("highs", relax=True).objective * v.cost_unit
+
+
+@pytest.mark.parametrize("stop_at", [None, 6])
+def test_kept_rows_alone_give_the_loop_its_bound(monkeypatch, stop_at):
+    """``keep="dual"`` keeps the rows with a nonzero dual at the last LP solved to optimality:
+    the small LP with those rows alone has the loop's bound.  ``stop_at``: the LP of that round
+    ends unsolved (HiGHS hits an iteration limit, as a time limit would), which once left the
+    loop reading duals of an unfinished solve and keeping no row at all."""
+    P = _chain_problem()
+    if stop_at is not None:
+        real = MilpModel.to_highs
+
+        def to_highs(self, **kw):
+            h, is_mip = real(self, **kw)
+            runs = {"n": 0}
+            run = h.run
+
+            def limited_run():
+                runs["n"] += 1
+                if runs["n"] == stop_at:
+                    h.setOptionValue("simplex_iteration_limit", 0)
+                    h.clearSolver()
+                return run()
+
+            h.run = limited_run
+            return h, is_mip
+
+        monkeypatch.setattr(MilpModel, "to_highs", to_highs)
+    res = path_cut_loop(P, Formulation(), 30.0)
+    monkeypatch.undo()
+    if stop_at is not None:
+        assert len(res.rounds) == stop_at - 1
+    assert res.bound > res.rounds[0]["bound"] * (1 + 1e-6)
+    assert 0 < res.cuts.num_rows
+    assert _lp_bound_with(P, res.cuts) == pytest.approx(res.bound, rel=1e-7)
+
+
 @pytest.mark.parametrize("lazy", [True, False])
 def test_milp_with_path_cuts_finds_the_same_optimum(lazy):
     """Random DAGs between their smallest feasible budget and the no-remat peak: with and

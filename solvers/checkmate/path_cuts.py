@@ -395,6 +395,9 @@ def path_cut_loop(problem: CheckmateProblem, formulation: Formulation, time_limi
     bound = -math.inf
     history: list[float] = []
     last_round = 0.0
+    # (cut rows in the LP, their row activities, their duals) at the last LP solved to
+    # optimality: a round cut short by the time limit leaves no usable duals
+    solved: tuple[int, np.ndarray, np.ndarray] | None = None
     while True:
         t_round = time.perf_counter()
         left = time_limit - (t_round - t_start)
@@ -413,7 +416,11 @@ def path_cut_loop(problem: CheckmateProblem, formulation: Formulation, time_limi
         obj = float(h.getInfo().objective_function_value) * v.cost_unit
         bound = max(bound, obj)
         history.append(obj)
-        x = np.asarray(h.getSolution().col_value, np.float64)
+        sol = h.getSolution()
+        in_lp = sum(c.num_rows for c in parts)
+        solved = (in_lp, np.asarray(sol.row_value, np.float64)[model.num_rows:],
+                  np.asarray(sol.row_dual, np.float64)[model.num_rows:])
+        x = np.asarray(sol.col_value, np.float64)
         R = np.zeros((n, n))
         S = np.zeros((n, n))
         R[mR] = x[v.R[mR]]
@@ -432,14 +439,15 @@ def path_cut_loop(problem: CheckmateProblem, formulation: Formulation, time_limi
         parts.append(cuts)
         last_round = time.perf_counter() - t_round
     cuts = PathCuts.concat(parts)
-    if keep != "all" and cuts.num_rows and history:
-        # keep the rows tight at the last LP solved, or with a nonzero dual there (the others
-        # only make the MILP's LPs larger)
-        sol = h.getSolution()
-        act = np.asarray(sol.row_value, np.float64)[model.num_rows:]
-        dual = np.asarray(sol.row_dual, np.float64)[model.num_rows:]
-        if len(act) == cuts.num_rows:
-            lo = np.where(cuts.lhs_kind > 0, 0.0, 1.0)
+    if keep != "all" and cuts.num_rows:
+        # keep the rows with a nonzero dual (or zero slack) at the last LP solved to
+        # optimality; the others, and rows added after it, only make the MILP's LPs larger.
+        # Its nonzero-dual rows alone give the LP its bound (LP duality).
+        if solved is None or len(solved[1]) != solved[0]:
+            cuts = cuts.subset(np.zeros(0, np.int64))
+        else:
+            in_lp, act, dual = solved
+            lo = np.where(cuts.lhs_kind[:in_lp] > 0, 0.0, 1.0)
             sel = (np.abs(dual) > 1e-9) if keep == "dual" else (act - lo <= 1e-6)
             cuts = cuts.subset(np.flatnonzero(sel))
     return CutLoopResult(cuts, bound, time.perf_counter() - t_start, rounds,
