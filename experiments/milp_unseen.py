@@ -9,6 +9,7 @@ gap, proven bound, which candidate was returned, and the warm start's own cost.
 
     python experiments/milp_unseen.py [--seeds 0 1 2 3 4] [--time-limit 60] [--cold]
     python experiments/milp_unseen.py --solver cpsat       # OR-Tools CP-SAT back end
+    python experiments/milp_unseen.py --portfolio both     # two HiGHS seeds at once vs one
 
 Writes ``experiments/results/milp_unseen.csv`` (rows of a finished (seed, budget, warm) are kept
 and skipped on a rerun).  How long the 30 % proofs take (``milp_unseen_600s.csv``)::
@@ -83,6 +84,10 @@ def main(argv=None) -> None:
                     help="Checkmate(path_cuts=...); 'off' rows say solver "
                          "'<solver>-no-path-cuts'; 'both' solves each graph both ways (one "
                          "extraction, so one host calibration: the same instance)")
+    ap.add_argument("--portfolio", choices=["auto", "1", "both"], default="auto",
+                    help="Checkmate(portfolio=...): 'auto' is the default (two HiGHS seeds at "
+                         "once on two or more cores); '1' rows say solver '<solver>-1-search'; "
+                         "'both' solves each graph both ways (the same instance)")
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
     from experiments.tables import ResumableCsv, write_rows
@@ -95,20 +100,22 @@ def main(argv=None) -> None:
     out = ResumableCsv(a.out, FIELDS, key=lambda r: (str(r["seed"]), r["budget"],
                                                      str(r["warm_start"]), r["solver"]))
     cut_modes = {"on": [True], "off": [False], "both": [False, True]}[a.path_cuts]
+    searches = {"auto": [None], "1": [1], "both": [1, None]}[a.portfolio]
     for seed in a.seeds:
         loss, params, batch = random_width_mlp(seed)
         g = remat.extract(loss, params, batch, stages=a.stages)
         base = float(g.costs.sum())
         for budget in a.budgets:
-            for warm, cuts in itertools.product([True, False] if a.cold else [True],
-                                                cut_modes):
-                label = a.solver + ("" if cuts else "-no-path-cuts")
+            for warm, cuts, members in itertools.product([True, False] if a.cold else [True],
+                                                         cut_modes, searches):
+                label = (a.solver + ("" if cuts else "-no-path-cuts")
+                         + ("-1-search" if members == 1 else ""))
                 if (str(seed), budget, str(warm), label) in out:
                     continue
                 t = time.perf_counter()
                 plan = policies.get("checkmate", budget=budget, time_limit=a.time_limit,
                                     warm_start=warm, solver=a.solver,
-                                    path_cuts=cuts).plan(g)
+                                    path_cuts=cuts, portfolio=members).plan(g)
                 m = plan.meta
                 tried = m.get("tried", {})
                 src = m.get("warm_start")

@@ -66,6 +66,9 @@ class Checkmate(BasePolicy):
         (``experiments/results/milp_unseen.csv``).
       path_cuts: (HiGHS and the race) strengthen the small LP solved first with path cuts
         (:mod:`solvers.checkmate.path_cuts`) and give the MILP the rows that bind there.
+      portfolio: (HiGHS, lazy) lazy HiGHS searches run at once with different random seeds,
+        first proof wins (:func:`solvers.checkmate.milp.solve_checkmate`); ``None``: two on a
+        machine with two or more cores unless ``threads`` is set.
       lns: anytime mode for large graphs: improve the best warm start by large-neighbourhood
         search (:func:`solvers.checkmate.lns.solve_checkmate_lns`, windows of ``lns_window``
         steps re-solved by the MILP) instead of one MILP over every step; falls back to the
@@ -112,6 +115,7 @@ class Checkmate(BasePolicy):
     warm_start: bool = True
     lazy_memory: bool = True
     path_cuts: bool = True
+    portfolio: int | None = None
     lns: bool = False
     lns_window: int = 16
     lns_lp_start: bool = True
@@ -182,7 +186,7 @@ class Checkmate(BasePolicy):
                 sol = solve_checkmate(problem, time_limit=left, mip_gap=self.mip_gap,
                                       threads=self.threads, backend=self.solver,
                                       warm_start=warm, lazy_memory=self.lazy_memory,
-                                      path_cuts=self.path_cuts)
+                                      path_cuts=self.path_cuts, portfolio=self.portfolio)
         meta = dict(sol.meta)
         R, S, status, objective, best_of = sol.R, sol.S, sol.status, sol.objective, "solver"
         if self.relax is None and isinstance(warm, tuple):

@@ -20,6 +20,7 @@ returns it with ``status="time_limit"`` and the gap; when it hits without one it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -562,6 +563,28 @@ def set_highs_threads(h, threads: int | None) -> None:
         h.setOptionValue("threads", int(threads))
     elif _HIGHS_THREADS is not None:
         h.setOptionValue("threads", _HIGHS_THREADS)
+
+
+@contextlib.contextmanager
+def highs_thread_count(threads: int):
+    """Within the block, HiGHS runs with ``threads`` threads; the pool is switched here, in
+    the calling thread, so that solves started in worker threads inside the block (a
+    portfolio, :mod:`solvers.checkmate.lazy_portfolio`) find it set and never restart it
+    while another one runs.  The previous count is restored on exit (the pool is restarted
+    then, once, if it differs)."""
+    import highspy
+
+    global _HIGHS_THREADS
+    before = _HIGHS_THREADS
+    if before != int(threads):
+        highspy.Highs.resetGlobalScheduler(True)
+        _HIGHS_THREADS = int(threads)
+    try:
+        yield
+    finally:
+        if before != _HIGHS_THREADS:
+            highspy.Highs.resetGlobalScheduler(True)
+            _HIGHS_THREADS = before
 
 
 def _gap(obj: float, bound: float) -> float:
