@@ -281,7 +281,7 @@ def _lp_bound_with_cuts(problem: CheckmateProblem, formulation: Formulation, tim
     meta["path_cuts"] = {"rows": res.cuts.num_rows, "rounds": len(res.rounds),
                          "time_s": res.time_s, "first_bound": (res.rounds[0]["bound"]
                                                                if res.rounds else None),
-                         "bound": res.bound}
+                         "bound": res.bound, "stop": res.stop}
     # time_s is the first LP's alone: _answer_without_milp reads it as the root LP's cost
     return _LpBound(res.bound, res.first_lp_s, res.cuts)
 
