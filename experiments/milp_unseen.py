@@ -10,6 +10,7 @@ gap, proven bound, which candidate was returned, and the warm start's own cost.
     python experiments/milp_unseen.py [--seeds 0 1 2 3 4] [--time-limit 60] [--cold]
     python experiments/milp_unseen.py --solver cpsat       # OR-Tools CP-SAT back end
     python experiments/milp_unseen.py --portfolio both     # two HiGHS seeds at once vs one
+    python experiments/milp_unseen.py --save-instances DIR # keep the graphs (load_instance)
 
 Writes ``experiments/results/milp_unseen.csv`` (rows of a finished (seed, budget, warm) are kept
 and skipped on a rerun).  How long the 30 % proofs take (``milp_unseen_600s.csv``)::
@@ -69,6 +70,23 @@ def random_width_mlp(seed: int, layers: int = 100, batch: int = 64, features: in
     return loss, params, {"x": x, "y": y}
 
 
+def load_instance(path: str | pathlib.Path, budget: str = "30%"):
+    """The :class:`~solvers.checkmate.CheckmateProblem` of a graph saved with
+    ``--save-instances`` at ``budget`` (a fraction of its no-remat peak, as ``"30%"``).
+
+    ``solvers.checkmate.solve_checkmate(load_instance(...))`` then solves the same instance
+    without its extraction (the policy's ChainDP warm start needs the graph; the solver's own
+    heuristics start it here)."""
+    import math
+
+    from solvers.checkmate import CheckmateProblem
+
+    z = np.load(path)
+    frac = float(budget.rstrip("%")) / 100.0
+    return CheckmateProblem(len(z["costs"]), z["edges"], z["costs"], z["sizes"],
+                            math.ceil(frac * int(z["no_remat_peak"])))
+
+
 def main(argv=None) -> None:
     import policies
     import remat
@@ -88,6 +106,11 @@ def main(argv=None) -> None:
                     help="Checkmate(portfolio=...): 'auto' is the default (two HiGHS seeds at "
                          "once on two or more cores); '1' rows say solver '<solver>-1-search'; "
                          "'both' solves each graph both ways (the same instance)")
+    ap.add_argument("--save-instances", type=pathlib.Path, default=None, metavar="DIR",
+                    help="write each graph's arrays (edges, costs, sizes, no-remat peak) to "
+                         "DIR/seed<k>.npz: the costs come from this process's host "
+                         "calibration, so a rerun of the script makes other instances; these "
+                         "files replay one exactly (see load_instance)")
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args(argv)
     from experiments.tables import ResumableCsv, write_rows
@@ -105,6 +128,10 @@ def main(argv=None) -> None:
         loss, params, batch = random_width_mlp(seed)
         g = remat.extract(loss, params, batch, stages=a.stages)
         base = float(g.costs.sum())
+        if a.save_instances is not None:
+            a.save_instances.mkdir(parents=True, exist_ok=True)
+            np.savez(a.save_instances / f"seed{seed}.npz", edges=g.edge_array, costs=g.costs,
+                     sizes=g.sizes, no_remat_peak=g.no_remat_peak(), seed=seed)
         for budget in a.budgets:
             for warm, cuts, members in itertools.product([True, False] if a.cold else [True],
                                                          cut_modes, searches):
