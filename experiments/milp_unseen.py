@@ -97,6 +97,7 @@ def main(argv=None) -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--cold", action="store_true", help="also run with warm_start=False")
     ap.add_argument("--stages", type=int, default=1000)
+    ap.add_argument("--layers", type=int, default=100, help="Dense layers of each MLP")
     ap.add_argument("--solver", default="highs", choices=["highs", "cpsat"])
     ap.add_argument("--path-cuts", choices=["on", "off", "both"], default="on",
                     help="Checkmate(path_cuts=...); 'off' rows say solver "
@@ -125,7 +126,7 @@ def main(argv=None) -> None:
     cut_modes = {"on": [True], "off": [False], "both": [False, True]}[a.path_cuts]
     searches = {"auto": [None], "1": [1], "both": [1, None]}[a.portfolio]
     for seed in a.seeds:
-        loss, params, batch = random_width_mlp(seed)
+        loss, params, batch = random_width_mlp(seed, layers=a.layers)
         g = remat.extract(loss, params, batch, stages=a.stages)
         base = float(g.costs.sum())
         if a.save_instances is not None:
