@@ -79,10 +79,17 @@ def load_instance(path: str | pathlib.Path, budget: str = "30%"):
     heuristics start it here)."""
     import math
 
+    from remat.errors import BudgetFormatError
     from solvers.checkmate import CheckmateProblem
 
+    try:
+        frac = float(budget[:-1]) / 100.0 if budget.endswith("%") else math.nan
+    except (AttributeError, ValueError):
+        frac = math.nan
+    if not 0.0 < frac:
+        raise BudgetFormatError(f"budget must be a percentage of the no-remat peak such as "
+                                f"'30%', got {budget!r}")
     z = np.load(path)
-    frac = float(budget.rstrip("%")) / 100.0
     return CheckmateProblem(len(z["costs"]), z["edges"], z["costs"], z["sizes"],
                             math.ceil(frac * int(z["no_remat_peak"])))
 

@@ -6,26 +6,18 @@ against the budget."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 from test_checkmate import _random_problem
+from test_path_cuts import _chain_problem
 
 import remat
 from remat.errors import InfeasibleBudgetError, SolverError
-from solvers.checkmate import CheckmateProblem, min_feasible_budget, solve_checkmate
+from solvers.checkmate import min_feasible_budget, solve_checkmate
 from solvers.checkmate.formulation import Formulation
 from solvers.checkmate.frontier import best_heuristic
 from solvers.checkmate.lazy_portfolio import solve_lazy_portfolio
 from solvers.checkmate.milp import SolveClock, _LpBound, _portfolio_size
 from solvers.checkmate.problem import schedule_cost, schedule_memory
-
-
-def _chain_problem(L=40, seed=0, frac=0.3):
-    rng = np.random.default_rng(seed)
-    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
-    return CheckmateProblem.from_graph(g, math.ceil(frac * g.no_remat_peak()))
 
 
 def _portfolio(P, seeds=(0, 1), time_limit=30.0, delay_s=0.0, mip_gap=1e-4):
@@ -62,20 +54,25 @@ def test_portfolio_proves_the_single_search_optimum(seed):
 
 def test_default_is_two_searches_unless_threads_are_set(monkeypatch):
     """``portfolio=None``: two searches with two cores or more and no ``threads`` given; one
-    otherwise.  Through ``solve_checkmate`` the second search only starts after the first has
-    run a second, so a quick instance lists one member."""
+    otherwise."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert _portfolio_size(None, None) == 2
     assert _portfolio_size(None, 2) == 1
     assert _portfolio_size(3, 2) == 3
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
     assert _portfolio_size(None, None) == 1
-    monkeypatch.undo()
+
+
+def test_other_seeds_start_only_after_the_delay():
+    """A 12-layer chain at 50 % is solved well within a 60 s delay: the first member finishes
+    alone and is the only one listed; with no delay every member runs and is listed."""
     P = _chain_problem(L=12, frac=0.5)
-    sol = solve_checkmate(P, time_limit=30, portfolio=2)
-    assert sol.status == "optimal"
-    if "portfolio" in sol.meta:  # not there when the instance needed no MILP at all
-        assert len(sol.meta["portfolio"]["members"]) in (1, 2)
+    late = _portfolio(P, seeds=(0, 1), delay_s=60.0)
+    now = _portfolio(P, seeds=(0, 1), delay_s=0.0)
+    assert late.status == now.status == "optimal"
+    assert late.objective == pytest.approx(now.objective, rel=1e-6)
+    assert [m["seed"] for m in late.meta["portfolio"]["members"]] == [0]
+    assert [m["seed"] for m in now.meta["portfolio"]["members"]] == [0, 1]
 
 
 def test_time_limit_returns_the_best_schedule_and_bound():
@@ -109,8 +106,9 @@ def test_infeasible_budget_and_bad_input_are_typed_errors():
 def test_portfolio_plan_on_a_model_we_did_not_write():
     """A 16-layer Flax nnx MLP at 30 %, one stage per layer: Checkmate with a two-seed
     portfolio and with one search prove the same optimum; the portfolio's plan fits on replay
-    and gives jax's value and gradients through ``remat.value_and_grad`` (rtol 1e-5)."""
-    from dropin import run_against_jax
+    and gives jax's value and gradients through ``remat.value_and_grad`` (rtol 1e-5), with its
+    saved residual bytes within the plan's or a warning."""
+    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
     from test_checkmate import mlp_we_did_not_write
 
     import policies
@@ -125,4 +123,6 @@ def test_portfolio_plan_on_a_model_we_did_not_write():
     assert replay(g, two).peak_bytes <= b
     vg = remat.value_and_grad(loss, policies.get("checkmate", budget="30%", time_limit=40,
                                                  portfolio=2), stages=1000)
-    run_against_jax(vg, loss, *args)
+    ap, fid = run_against_jax(vg, loss, *args)
+    assert ap.plan.meta["status"] == "optimal"
+    assert_residuals_within_plan_or_warned(ap, fid)

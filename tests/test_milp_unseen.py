@@ -23,3 +23,11 @@ def test_saved_instance_replays_the_planned_graph(tmp_path):
     sol = solve_checkmate(P, time_limit=20)
     assert sol.status == "optimal"
     assert sol.objective / P.costs.sum() == pytest.approx(float(rows[0]["overhead"]), rel=2e-4)
+
+
+def test_load_instance_rejects_a_budget_that_is_not_a_percentage(tmp_path):
+    from remat.errors import BudgetFormatError
+
+    for bad in ("30", "abc%", "-5%", 0.3):
+        with pytest.raises(BudgetFormatError, match="percentage"):
+            milp_unseen.load_instance(tmp_path / "missing.npz", bad)
