@@ -146,11 +146,14 @@ class DeviceProfile:
             return t, f * self.joules_per_flop + 0.0 * b
         raise DeviceProfileError(f"unknown cost model {model!r}; use 'roofline' or 'poet'")
 
-    def node_costs(self, graph: Any, *, model: str = "roofline") -> tuple[np.ndarray, np.ndarray]:
+    def node_costs(self, graph: Any, *, model: str = "roofline",
+                   extra_bytes: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per-node compute time and energy of a :class:`remat.Graph`.
 
         ``bytes_moved[i] = out_bytes[i] + sum of out_bytes of i's predecessors (its inputs)
-        + param_bytes[i]``: each node reads its inputs and parameters and writes its output.
+        + param_bytes[i]``: each node reads its inputs and parameters and writes its output;
+        plus ``extra_bytes[i]`` (``float64[n]``, bytes moved inside the node, e.g. by equations
+        :func:`remat.flops.fallback_bytes` costs), when given.
 
         Returns:
           ``(times_s float64[n], energies_j float64[n])`` from :meth:`op_costs` over
@@ -161,6 +164,8 @@ class DeviceProfile:
         e = np.asarray(graph.edge_array)
         if len(e):
             moved += np.bincount(e[:, 1], weights=sizes[e[:, 0]], minlength=graph.n)
+        if extra_bytes is not None:
+            moved += np.asarray(extra_bytes, dtype=np.float64)
         return self.op_costs(graph.flops_array, moved, model=model)
 
     def with_costs(self, graph: Any, *, model: str = "roofline") -> Any:

@@ -1,4 +1,5 @@
-"""Typed exceptions for the whole project (remat, policies, solvers, experiments).
+"""Typed exceptions (and the :class:`RematWarning` base of warnings) for the whole project
+(remat, policies, solvers, experiments).
 
 Every public function that rejects its input raises one of these, never a bare ``assert``.
 ``solvers`` (which never imports jax) also raises them; this module imports nothing heavy.
@@ -11,6 +12,11 @@ from typing import Any
 
 class RematError(Exception):
     """Base class of every error raised by remat."""
+
+
+class RematWarning(UserWarning):
+    """Base class of remat's warnings: the result stands but rests on an approximation the user
+    should know about (a primitive costed by the fallback FLOP rule, a plan realised inexactly)."""
 
 
 class InvalidGraphError(RematError, ValueError):

@@ -46,14 +46,16 @@ between modules.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from remat.errors import ExtractionError
-from remat.flops import eqn_flops
+from remat.devices import DeviceProfile
+from remat.errors import ExtractionError, RematWarning
+from remat.flops import eqn_flops, fallback_bytes, unknown_primitives
 from remat.frontend import (
     INLINE_ALL,
     INLINE_FORWARD,
@@ -383,11 +385,14 @@ def extract(
       A :class:`remat.Graph` whose ``program`` is a :class:`Program`.  ``graph.meta`` holds
       ``node_primitives`` (per node, the primitive names of its equations), ``stages``,
       ``stage_mode`` (``module``/``layer``/``contraction``/``eqn``), ``argnums``, ``batch_size``
-      (or ``None``), ``loss_nodes``, ``n_eqns`` and ``notes``.
+      (or ``None``), ``loss_nodes``, ``n_eqns``, ``notes`` and ``unknown_primitives`` (sorted
+      names of primitives costed by :mod:`remat.flops`' fallback rule; empty when none, else a
+      :class:`~remat.errors.RematWarning` names them once).
 
     Raises:
       ExtractionError: non-scalar / non-float loss, bad ``stages``, tracing failure.
-      UnsupportedPrimitiveError: an equation whose primitive has no FLOP rule.
+      UnsupportedPrimitiveError: a primitive without a FLOP rule whose output has no static
+        shape.
     """
     if not args:
         raise ExtractionError("extract needs the example arguments of fn")
@@ -458,6 +463,13 @@ def extract(
     B = batch_size(args, argnums)
     data = _data_leaves(leaves, diff, B)
     notes = []
+    unknown = unknown_primitives([e.jaxpr_eqn for e in eqns])
+    if unknown:
+        msg = (f"no FLOP rule for primitive(s) {', '.join(unknown)} (jax {jax.__version__}): "
+               "costed by remat.flops' fallback rule (one FLOP per output element; bytes in + "
+               "out moved when not elementwise)")
+        warnings.warn(msg, RematWarning, stacklevel=2)
+        notes.append(msg)
     if stages == "eqn":
         F, sunk = list(range(nf)), []
         st = [_Stage([j], f"fwd/{e.scope + '/' if e.scope else ''}{j}:{e.name}", False)
@@ -547,6 +559,8 @@ def extract(
     arg_b = vbytes[:n_args]
     param_bytes = [int(sum(arg_b[a] for a in node_args[i] if diff[a])) for i in range(n)]
     flops = [float(eflops[s.eqns].sum()) for s in st]
+    efb = np.array([fallback_bytes(e.jaxpr_eqn) for e in eqns]) if unknown else np.zeros(len(eqns))
+    extra_bytes = np.array([efb[s.eqns].sum() for s in st], dtype=np.float64)
     names = _unique_names([s.name for s in st])
     nfwd = sum(1 for s in st if not s.is_backward)
     fwd_index = [s.forward_of if (s.is_backward and s.forward_of is not None
@@ -582,6 +596,7 @@ def extract(
         "n_dead_eqns": len(vg.eqns) - len(eqns),
         "n_sunk_eqns": len(sunk),
         "notes": tuple(notes),
+        "unknown_primitives": unknown,
         "cost_unit": "s",
     }
     gname = name or getattr(fn, "__name__", "extracted")
@@ -600,7 +615,10 @@ def extract(
         input_bytes=int(arg_b[~diff].sum()),
     )
     dev = _resolve_device(device)
-    times, energies = dev.node_costs(g)
+    if extra_bytes.any() and isinstance(dev, DeviceProfile):
+        times, energies = dev.node_costs(g, extra_bytes=extra_bytes)
+    else:
+        times, energies = dev.node_costs(g)
     nodes = tuple(
         dataclasses.replace(v, time_s=float(t), energy_j=float(en))
         for v, t, en in zip(g.nodes, np.asarray(times), np.asarray(energies))

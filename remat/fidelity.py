@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidPlanError
+from remat.errors import InvalidPlanError, RematWarning
 from remat.segments import Segment
 
 __all__ = ["FIDELITY_RTOL", "RematFidelityWarning", "Applied", "predicted_residual_bytes",
@@ -25,7 +25,7 @@ FIDELITY_RTOL = 0.10
 """Realised saved bytes above the prediction by more than this fraction raise a warning (below it
 by more than this fraction: a note)."""
 
-class RematFidelityWarning(UserWarning):
+class RematFidelityWarning(RematWarning):
     """The drop-in could not realise the plan exactly (saved bytes differ from the plan's)."""
 
 

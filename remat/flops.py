@@ -13,9 +13,12 @@ Counting rules (one execution of the equation, in floating-point operations):
 * elementwise (arithmetic, comparisons, transcendental, ``select_n``, ...): ``size(out)``, times
   a weight for the few ops that XLA expands into long instruction sequences (``ELEMENT_WEIGHT``:
   e.g. ``erfc`` 61, ``random_bits`` 47 per 32-bit word; each weight is XLA:CPU's
-  ``HloCostAnalysis`` flops + transcendentals per element, measured on jax 0.10.2);
+  ``HloCostAnalysis`` flops + transcendentals per element, measured on jax 0.10.2, and
+  ``one_minus_square``'s 3 on jax 0.12);
   ``integer_pow`` by repeated squaring (``floor(log2|y|) + popcount|y| - 1`` multiplies, +1 divide
   for ``y < 0``).
+* ``polynomial`` (jax >= 0.12, ``x`` and ``k`` coefficients): ``2 (k - 1)`` per output element
+  (Horner's multiply-adds; ``2 k`` above its ``unroll`` threshold, where XLA runs a scan).
 * reductions (``reduce_*``, ``argmax``, ``cumsum``, ...): ``size(input)``.
 * windowed reductions (pooling) and their gradients: ``size(out) * window size``.
 * data movement and metadata (``reshape``, ``transpose``, ``broadcast_in_dim``, ``gather``, ``pad``,
@@ -27,7 +30,14 @@ Counting rules (one execution of the equation, in floating-point operations):
   m^2 k, ``lu`` ~2/3 n^3, ``qr`` 2mn^2 - 2/3 n^3, ``eigh``/``eig`` 9 n^3, ``svd`` 4mn^2 + 8n^3,
   ``fft`` 5 N log2 N per transform (all times the batch).
 
-A primitive outside these tables raises :class:`~remat.errors.UnsupportedPrimitiveError`.
+A primitive outside these tables (:func:`has_rule` false; a new JAX release adds some) gets the
+conservative **fallback rule**, from its avals: one FLOP per output element; when no output has
+an input's shape (not elementwise) it also touches its bytes in + out (:func:`fallback_bytes`,
+which :func:`remat.extract` adds to the node's bytes moved).  A primitive that carries sub-jaxprs
+(a new call-like primitive) costs its bodies instead, each once.  :func:`remat.extract` warns once
+(:class:`~remat.errors.RematWarning`) and lists the names in ``graph.meta["unknown_primitives"]``;
+:func:`unknown_primitives` lists them for any jaxpr.  Only an output without a static shape raises
+:class:`~remat.errors.UnsupportedPrimitiveError`.
 """
 
 from __future__ import annotations
@@ -40,7 +50,8 @@ import numpy as np
 
 from remat.errors import UnsupportedPrimitiveError
 
-__all__ = ["eqn_flops", "jaxpr_flops", "conv_flops", "dot_flops", "FLOP_RULES", "where"]
+__all__ = ["eqn_flops", "jaxpr_flops", "conv_flops", "dot_flops", "FLOP_RULES", "where",
+           "has_rule", "fallback_bytes", "primitive_names", "unknown_primitives"]
 
 ZERO = frozenset(
     """
@@ -67,7 +78,7 @@ ELEMENTWISE = frozenset(
     population_count clz nextafter square reciprocal add_any conj real imag complex
     reduce_precision threefry2x32 random_bits random_fold_in random_split tan mulhi eq_to le_to
     lt_to threefry4x32 philox2x32 philox4x32 rng_uniform rng_bit_generator random_gamma psum pmax
-    pmin addupdate
+    pmin addupdate one_minus_square polynomial
     """.split()
 )
 
@@ -84,6 +95,7 @@ ELEMENT_WEIGHT = {
     "cosh": 13.0,
     "random_bits": 47.0,
     "threefry2x32": 23.5,
+    "one_minus_square": 3.0,  # lowered as (1 + x) * (1 - x) (jax >= 0.12)
 }
 
 REDUCTION = frozenset(
@@ -285,6 +297,14 @@ def _top_k(e) -> float:
     return float(_size(e.invars[0].aval))
 
 
+def _polynomial(e) -> float:
+    """Horner over ``k`` coefficients: ``k - 1`` multiply-adds per output element, unrolled up to
+    ``unroll`` (default 8) coefficients; above it a scan from zero does ``k``."""
+    k = len(e.invars) - 1
+    unrolled = k <= (e.params.get("unroll") or 8)
+    return 2.0 * (k - 1 if unrolled else k) * sum(_size(v.aval) for v in e.outvars)
+
+
 FLOP_RULES: dict[str, Callable] = {
     "dot_general": _dot,
     "conv_general_dilated": _conv,
@@ -332,14 +352,102 @@ FLOP_RULES: dict[str, Callable] = {
     "integer_pow": _integer_pow,
     "random_bits": _random_bits,
     "top_k": _top_k,
+    "polynomial": _polynomial,
 }
 
 
+def has_rule(name: str) -> bool:
+    """Whether primitive ``name`` has a FLOP rule of its own (else the fallback rule costs it)."""
+    return (name in FLOP_RULES or name in ZERO or name in ELEMENTWISE or name in REDUCTION
+            or name in WINDOWED)
+
+
+def _sub_jaxprs(eqn) -> list:
+    """Every jaxpr (open or closed, as an open one) among ``eqn.params``, also inside tuples and
+    lists (``cond`` branches)."""
+    out = []
+    for v in eqn.params.values():
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            j = getattr(x, "jaxpr", x)
+            if hasattr(j, "eqns"):
+                out.append(j)
+    return out
+
+
+def _eqns(jaxpr):
+    j = getattr(jaxpr, "jaxpr", jaxpr)
+    return j.eqns if hasattr(j, "eqns") else jaxpr
+
+
+def primitive_names(jaxpr) -> set[str]:
+    """Names of the primitives of a jaxpr (open or closed) or a sequence of equations, sub-jaxprs
+    included."""
+    names: set[str] = set()
+    for e in _eqns(jaxpr):
+        names.add(e.primitive.name)
+        for j in _sub_jaxprs(e):
+            names |= primitive_names(j)
+    return names
+
+
+def unknown_primitives(jaxpr) -> tuple[str, ...]:
+    """Sorted names of the primitives of ``jaxpr`` (as :func:`primitive_names`) that have no rule
+    and are costed by the fallback rule."""
+    return tuple(sorted(n for n in primitive_names(jaxpr) if not has_rule(n)))
+
+
+def _static(aval) -> bool:
+    shape = getattr(aval, "shape", None)
+    return shape is not None and all(isinstance(d, (int, np.integer)) for d in shape)
+
+
+def _elementwise(eqn) -> bool:
+    """An output has the shape of an input."""
+    ins = {tuple(getattr(v.aval, "shape", ())) for v in eqn.invars}
+    return any(tuple(getattr(v.aval, "shape", ())) in ins for v in eqn.outvars)
+
+
+def _nbytes(aval) -> float:
+    return float(_size(aval) * getattr(getattr(aval, "dtype", None), "itemsize", 4))
+
+
+def _fallback(eqn) -> float:
+    """FLOPs of a primitive without a rule: its bodies (each once) when it carries sub-jaxprs,
+    else one per output element."""
+    subs = _sub_jaxprs(eqn)
+    if subs:
+        return float(sum(jaxpr_flops(j) for j in subs))
+    if not all(_static(v.aval) for v in eqn.outvars):
+        raise UnsupportedPrimitiveError(
+            eqn.primitive.name, where(eqn),
+            "no FLOP rule in remat.flops and no static output shape for the fallback rule")
+    return float(sum(_size(v.aval) for v in eqn.outvars))
+
+
+def fallback_bytes(eqn) -> float:
+    """Bytes touched by the fallback-costed equations in ``eqn`` beyond what its node's boundary
+    shows: in + out bytes of each one that is not elementwise (sub-jaxprs included: a ``scan``
+    body times its length, the largest ``cond`` branch, one ``while`` iteration).  0 when every
+    primitive has a rule."""
+    name = eqn.primitive.name
+    subs = _sub_jaxprs(eqn)
+    if not subs:
+        if has_rule(name) or _elementwise(eqn):
+            return 0.0
+        return sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+    per = [sum(fallback_bytes(e) for e in j.eqns) for j in subs]
+    if name == "cond":
+        return max(per)
+    return sum(per) * (int(eqn.params.get("length", 1)) if name == "scan" else 1)
+
+
 def eqn_flops(eqn) -> float:
-    """FLOPs of one equation (see the module docstring for the rules).
+    """FLOPs of one equation (see the module docstring for the rules; a primitive without a rule
+    gets the fallback rule).
 
     Raises:
-      UnsupportedPrimitiveError: the primitive has no rule; the message names where it came from.
+      UnsupportedPrimitiveError: the primitive has no rule and an output has no static shape;
+        the message names where it came from.
     """
     name = eqn.primitive.name
     rule = FLOP_RULES.get(name)
@@ -353,4 +461,4 @@ def eqn_flops(eqn) -> float:
         return float(_size(eqn.invars[0].aval))
     if name in WINDOWED:
         return _window(eqn)
-    raise UnsupportedPrimitiveError(name, where(eqn), "no FLOP rule in remat.flops")
+    return _fallback(eqn)

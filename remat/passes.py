@@ -62,6 +62,7 @@ SYMMETRICAL = frozenset({
     "integer_pow", "sqrt", "rsqrt", "cbrt", "exp", "exp2", "log", "log1p", "expm1", "tanh",
     "logistic", "sin", "cos", "tan", "atan2", "erf", "erfc", "erf_inv", "floor", "ceil",
     "round", "square", "reciprocal", "clamp", "select_n", "nextafter", "is_finite",
+    "one_minus_square", "polynomial",
     "not", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "copy", "copy_p",
     "stop_gradient", "convert_element_type", "real", "imag", "conj", "name",
     # layout changes done by index translation in the consuming kernel (§3.3)

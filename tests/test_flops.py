@@ -134,7 +134,10 @@ def test_forward_flops_match_xla_on_zoo(name):
     assert 1.0 < bwd / fwd < 3.5
 
 
-def test_unknown_primitive_raises_with_location():
+def test_unknown_primitive_gets_the_fallback_rule_and_raises_only_without_shapes():
+    """One FLOP per output element; an output without a static shape raises, with location."""
+    from types import SimpleNamespace
+
     from jax.extend.core import Primitive
 
     from remat.errors import UnsupportedPrimitiveError
@@ -142,7 +145,12 @@ def test_unknown_primitive_raises_with_location():
     p = Primitive("mystery_op")
     p.def_abstract_eval(lambda x: x)
     closed = jax.make_jaxpr(lambda x: p.bind(x))(np.ones(3, np.float32))
+    e = closed.jaxpr.eqns[0]
+    assert eqn_flops(e) == 3.0
+    shapeless = SimpleNamespace(primitive=e.primitive, params=e.params, invars=e.invars,
+                                outvars=[SimpleNamespace(aval=object())],
+                                source_info=e.source_info)
     with pytest.raises(UnsupportedPrimitiveError) as ei:
-        eqn_flops(closed.jaxpr.eqns[0])
+        eqn_flops(shapeless)
     assert ei.value.primitive == "mystery_op"
     assert "test_flops.py" in str(ei.value)
