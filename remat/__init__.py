@@ -29,6 +29,7 @@ _LAZY = {
     "Measurement": ("remat.measurement", "Measurement"),
     "zoo": ("remat.zoo", None),
     "devices": ("remat.devices", None),
+    "nnx": ("remat.nnx", None),
 }
 
 __all__ = [

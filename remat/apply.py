@@ -281,6 +281,7 @@ class _Transform:
         self.reduction = reduction
         self.mode = mode
         self.microbatch_aux = microbatch_aux
+        self.choose_microbatches = True  # may the policy choose Plan.microbatches
         self._cache: dict = {}
         self._lock = threading.Lock()
         self.__wrapped__ = fn
@@ -305,7 +306,8 @@ class _Transform:
             with eval_context():
                 hit = apply_plan(
                     self.fn, margs, self.policy, budget=self.budget, argnums=self.argnums,
-                    has_aux=self.has_aux, stages=self.stages, choose_microbatches=k == 1,
+                    has_aux=self.has_aux, stages=self.stages,
+                    choose_microbatches=k == 1 and self.choose_microbatches,
                 )
             if k > 1 and hit.plan is not None:
                 hit = dataclasses.replace(hit, plan=dataclasses.replace(hit.plan, microbatches=k))

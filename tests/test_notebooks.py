@@ -23,6 +23,7 @@ MARKERS = {
     "02_budget_sweep": ("budget sweep: OK",),
     "03_dropin_training": ("dropin training: OK", "scan decisions:"),
     "04_your_own_graph": ("your own graph: OK", "exported and replayed"),
+    "05_nnx_training": ("nnx training: OK", "Plan[checkmate]"),
 }
 
 
