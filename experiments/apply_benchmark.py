@@ -3,7 +3,7 @@
 For each zoo model (small CPU sizes, listed in ``MODELS``) and policy: planning + application
 overhead (extraction, planning, interpreter set-up; seconds), compile time, the compiled step's
 median wall time with and without the plan (and their ratio), saved-residual bytes with and
-without the plan (``jax._src.ad_checkpoint.saved_residuals``, arguments excluded), whether the
+without the plan (JAX's ``saved_residuals``, arguments excluded), whether the
 recomputation survived XLA (compiled dot/conv and opt-barrier counts), and the largest gradient
 deviation from ``jax.value_and_grad`` of the unmodified loss (both jitted), in units of the
 tolerance ``atol + rtol * |ref|`` (rtol 1e-5, atol 1e-6): ``<= 1`` means equal to tolerance.

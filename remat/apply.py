@@ -301,7 +301,7 @@ class _Transform:
         if hit is None:
             # planning runs real computations (device calibration, solvers): never stage them
             # into an enclosing jit trace
-            from jax._src.core import eval_context
+            from remat._jax_compat import eval_context
 
             with eval_context():
                 hit = apply_plan(
@@ -475,6 +475,8 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
         else:
             nm = graph.nodes[i].name
             names.add(nm[4:] if nm.startswith("fwd/") else nm)
-    return jax.checkpoint_policies.save_only_these_names(*sorted(names))
+    from remat._jax_compat import save_only_these_names
+
+    return save_only_these_names(*sorted(names))
 
 

@@ -72,7 +72,7 @@ def predicted_residual_bytes(graph, plan) -> int:
 
 
 def realised_residual_bytes(fn, args) -> int:
-    from jax._src.ad_checkpoint import saved_residuals
+    from remat._jax_compat import saved_residuals
 
     res = saved_residuals(fn, *args)
     return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize

@@ -166,40 +166,47 @@ def conv_flops(lhs_shape, rhs_shape, out_shape, params: dict[str, Any]) -> float
 def where(eqn) -> str:
     """Human-readable origin of an equation: source line plus name stack."""
     try:
-        from jax._src import source_info_util
+        from remat._jax_compat import summarize
 
-        src = source_info_util.summarize(eqn.source_info)
+        src = summarize(eqn.source_info)
     except Exception:  # pragma: no cover - private API drift
         src = "<unknown source>"
     stack = str(getattr(eqn.source_info, "name_stack", ""))
     return f"{src} [{stack}]" if stack else src
 
 
-def _sub_closed(p):
-    return getattr(p, "jaxpr", p)
-
-
 def jaxpr_flops(jaxpr) -> float:
     """Total FLOPs of a (closed or open) jaxpr, recursing into sub-jaxprs."""
-    j = _sub_closed(jaxpr)
-    return float(sum(eqn_flops(e) for e in j.eqns))
+    from remat._jax_compat import open_jaxpr  # sub-jaxpr layouts differ between JAX versions
+
+    return float(sum(eqn_flops(e) for e in open_jaxpr(jaxpr).eqns))
 
 
 def _scan(e) -> float:
-    return jaxpr_flops(e.params["jaxpr"]) * int(e.params["length"])
+    from remat._jax_compat import scan_params
+
+    sp = scan_params(e)
+    return jaxpr_flops(sp.jaxpr) * sp.length
 
 
 def _cond(e) -> float:
-    return max((jaxpr_flops(b) for b in e.params["branches"]), default=0.0)
+    from remat._jax_compat import cond_branches
+
+    return max((jaxpr_flops(b) for b in cond_branches(e)), default=0.0)
 
 
 def _while(e) -> float:
-    return jaxpr_flops(e.params["cond_jaxpr"]) + jaxpr_flops(e.params["body_jaxpr"])
+    from remat._jax_compat import while_parts
+
+    cond, body, _, _ = while_parts(e)
+    return jaxpr_flops(cond) + jaxpr_flops(body)
 
 
 def _call(key: str) -> Callable:
     def rule(e) -> float:
-        return jaxpr_flops(e.params[key])
+        from remat._jax_compat import call_body
+
+        return jaxpr_flops(call_body(e, key))
 
     return rule
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import source_info_util as _siu
-from jax.extend import core as jc
+
+from remat import _jax_compat as compat
 
 __all__ = [
     "INLINE_FORWARD",
@@ -54,27 +54,11 @@ __all__ = [
     "is_key",
 ]
 
-# call-like primitive name -> the parameter holding its body
-_CALLS = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat2": "jaxpr",
-    "checkpoint": "jaxpr",
-}
-_CUSTOM = {
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
-    "custom_jvp_call_jaxpr": "fun_jaxpr",
-    "composite": "jaxpr",
-    "custom_vmap_call": "call_jaxpr",
-}
-INLINE_FORWARD: dict[str, str] = dict(_CALLS)
+# call-like primitive name -> the parameter holding its body (:mod:`remat._jax_compat`)
+INLINE_FORWARD: dict[str, str] = dict(compat.CALL_BODY)
 """Inlined in the forward program: call wrappers and ``jax.checkpoint`` (the plan decides what is
 recomputed); custom-derivative calls stay leaves."""
-INLINE_ALL: dict[str, str] = {**_CALLS, **_CUSTOM}
+INLINE_ALL: dict[str, str] = {**compat.CALL_BODY, **compat.CUSTOM_BODY}
 """Inlined in the training program (costs need the leaf primitives)."""
 
 ORIGIN_PREFIX = "remat@"
@@ -155,9 +139,7 @@ class FlatJaxpr:
 
 def _body(eqn, inline: dict[str, str]):
     key = inline.get(eqn.primitive.name)
-    if key is None or key not in eqn.params:
-        return None
-    return eqn.params[key]
+    return None if key is None else compat.call_body(eqn, key)
 
 
 def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
@@ -176,7 +158,7 @@ def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
         return len(avals) - 1
 
     def read(env, v):
-        if isinstance(v, jc.Literal):
+        if compat.is_literal(v):
             return Lit(v.val)
         return env[v]
 
@@ -193,20 +175,20 @@ def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
             sub = _body(e, inline)
             if sub is not None:
                 n_inlined[e.primitive.name] = n_inlined.get(e.primitive.name, 0) + 1
-                sj = sub.jaxpr if hasattr(sub, "jaxpr") and not isinstance(sub, jc.Jaxpr) else sub
+                sj = compat.open_jaxpr(sub)
                 senv: dict = {}
-                add_consts(senv, sj, getattr(sub, "consts", ()))
+                add_consts(senv, sj, compat.jaxpr_consts(sub))
                 for iv, ov in zip(sj.invars, e.invars):
                     senv[iv] = read(env, ov)
                 run(sj, senv, full)
                 for o, io in zip(e.outvars, sj.outvars):
-                    if not isinstance(o, jc.DropVar):
+                    if not compat.is_dropvar(o):
                         env[o] = read(senv, io)
                 continue
             ins = tuple(read(env, v) for v in e.invars)
             outs = tuple(new(o.aval) for o in e.outvars)
             for o, i in zip(e.outvars, outs):
-                if not isinstance(o, jc.DropVar):
+                if not compat.is_dropvar(o):
                     env[o] = i
             eqns.append(
                 LeafEqn(
@@ -223,11 +205,12 @@ def flatten(closed, inline: dict[str, str] = INLINE_ALL) -> FlatJaxpr:
             )
 
     env: dict = {}
-    arg_ids = [new(v.aval) for v in closed.jaxpr.invars]
-    env.update(zip(closed.jaxpr.invars, arg_ids))
-    add_consts(env, closed.jaxpr, closed.consts)
-    run(closed.jaxpr, env, _siu.NameStack())
-    outs = tuple(read(env, v) for v in closed.jaxpr.outvars)
+    top = compat.open_jaxpr(closed)
+    arg_ids = [new(v.aval) for v in top.invars]
+    env.update(zip(top.invars, arg_ids))
+    add_consts(env, top, compat.jaxpr_consts(closed))
+    run(top, env, compat.new_name_stack())
+    outs = tuple(read(env, v) for v in top.outvars)
     return FlatJaxpr(tuple(eqns), tuple(avals), tuple(arg_ids), tuple(const_ids),
                      tuple(const_vals), outs, n_inlined)
 
@@ -247,16 +230,13 @@ def bind(eqn: LeafEqn, invals: Sequence[Any], *, scope: str | None = None,
     Returns:
       The list of result values.
     """
-    bparams = eqn.primitive.get_bind_params(eqn.params)
-    subfuns: tuple = ()
-    if isinstance(bparams, tuple):  # older JAX: (subfuns, params)
-        subfuns, bparams = bparams
+    subfuns, bparams = compat.bind_params(eqn)
     stack = eqn.name_stack if prefix is None else prefix + eqn.name_stack
     if scope is not None:
         stack = stack.extend(scope)
     if relative:
-        stack = _siu.current_name_stack() + stack
-    with _siu.user_context(eqn.source_info.traceback, name_stack=stack):
+        stack = compat.current_name_stack() + stack
+    with compat.user_context(eqn.source_info.traceback, name_stack=stack):
         if eqn.ctx is not None:
             with eqn.ctx.manager:
                 ans = eqn.primitive.bind(*subfuns, *invals, **bparams)
@@ -296,9 +276,8 @@ def dce(eqns: Sequence[LeafEqn], needed: Iterable[int]) -> np.ndarray:
 # ------------------------------------------------------------------------------ name stacks
 def origin_of(stack) -> int:
     """Index of the forward leaf whose origin marker is in ``stack`` (innermost), or ``-1``."""
-    for s in reversed(stack.stack):
-        name = getattr(s, "name", "")
-        if isinstance(s, _siu.Scope) and name.startswith(ORIGIN_PREFIX):
+    for name in reversed(compat.scope_names(stack)):
+        if name.startswith(ORIGIN_PREFIX):
             return int(name[len(ORIGIN_PREFIX):])
     return -1
 
@@ -306,11 +285,8 @@ def origin_of(stack) -> int:
 def scope_from_stack(stack) -> str:
     """``/``-joined ``Scope`` entries of a name stack, ignoring transforms (``jvp(...)``,
     ``transpose(...)``), origin markers and JAX-internal scopes."""
-    names = [
-        s.name for s in stack.stack
-        if isinstance(s, _siu.Scope) and s.name not in _IGNORED_SCOPES
-        and not s.name.startswith(ORIGIN_PREFIX)
-    ]
+    names = [s for s in compat.scope_names(stack)
+             if s not in _IGNORED_SCOPES and not s.startswith(ORIGIN_PREFIX)]
     # bodies JAX traces under the current (absolute) name stack, e.g. a transposed remat2, get
     # their caller's scopes twice once prefixed: collapse a repeated leading block
     for k in range(len(names) // 2, 0, -1):
@@ -330,7 +306,7 @@ def scope_of(eqn) -> str:
 
 def is_transpose(stack) -> bool:
     """The name stack contains a ``transpose(...)`` transform (a backward equation)."""
-    return any(isinstance(s, _siu.Transform) and s.name == "transpose" for s in stack.stack)
+    return "transpose" in compat.transform_names(stack)
 
 
 # ------------------------------------------------------------------------------ values

@@ -36,7 +36,7 @@ class Measurement:
 
     Attributes:
       residual_bytes: bytes of the values the transformed function saves for its backward pass
-        (``jax._src.ad_checkpoint.saved_residuals``, arguments excluded; per micro-batch).
+        (JAX's private ``saved_residuals``, arguments excluded; per micro-batch).
       predicted_residual_bytes: what the plan says it keeps from the forward pass
         (:func:`remat.apply.predicted_residual_bytes`, per micro-batch); ``None`` without a plan.
         A realisation above it by more than 10% adds a warning.
@@ -95,15 +95,16 @@ class Measurement:
 def residual_bytes(fn: Callable, *args) -> tuple[int, str]:
     """Bytes of the residuals ``jax.vjp(fn, *args)`` saves, arguments excluded, and a label.
 
-    Uses ``jax._src.ad_checkpoint.saved_residuals`` (private; abstract, runs nothing); falls back
-    to the leaves of ``jax.vjp``'s pullback minus the input arrays (runs the forward pass).
+    Uses JAX's private ``saved_residuals`` (:mod:`remat._jax_compat`; abstract, runs nothing);
+    falls back to the leaves of ``jax.vjp``'s pullback minus the input arrays (runs the forward
+    pass) where the installed JAX lacks it.
     """
-    try:
-        from jax._src.ad_checkpoint import saved_residuals
+    from remat._jax_compat import saved_residuals
 
+    try:
         res = saved_residuals(fn, *args)
         total = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a, d in res if "argument" not in d)
-        return total, "jax._src.ad_checkpoint.saved_residuals (arguments excluded)"
+        return total, "jax saved_residuals (arguments excluded)"
     except ImportError:  # pragma: no cover - depends on the jax version
         _, pullback = jax.vjp(fn, *args)
         ids = {id(x) for x in jax.tree_util.tree_leaves(args)}
@@ -117,13 +118,12 @@ def step_flops(step: Callable, *args) -> float:
     no output reads, e.g. loop-invariant values JAX hoists out of a scan twice).  XLA's
     ``cost_analysis()`` counts the body of a ``while`` loop (a compiled ``lax.scan``) once, so
     it under-counts scanned models."""
-    from jax._src.interpreters import partial_eval as pe
-
+    from remat._jax_compat import dce_jaxpr, open_jaxpr
     from remat.flops import jaxpr_flops
 
-    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+    jaxpr = open_jaxpr(jax.make_jaxpr(step)(*args))
     try:
-        jaxpr, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+        jaxpr = dce_jaxpr(jaxpr)
     except Exception:  # noqa: BLE001 - private API; count the jaxpr as traced
         pass
     return float(jaxpr_flops(jaxpr))

@@ -95,12 +95,12 @@ def eqn_class(eqn: Any) -> str:
     name = eqn.primitive.name if hasattr(eqn, "primitive") else str(eqn)
     if name not in _CUSTOM and name not in _CALLS:
         return op_class(name)
-    params = getattr(eqn, "params", {}) or {}
-    body = params.get("call_jaxpr", params.get("fun_jaxpr", params.get("jaxpr")))
+    from remat._jax_compat import call_body, open_jaxpr
+
+    body = call_body(eqn) if getattr(eqn, "params", None) else None
     if body is None:
         return "opaque"
-    body = getattr(body, "jaxpr", body)
-    kinds = {eqn_class(e) for e in body.eqns}
+    kinds = {eqn_class(e) for e in open_jaxpr(body).eqns}
     return ("opaque" if "opaque" in kinds else
             "asymmetrical" if "asymmetrical" in kinds else "symmetrical")
 

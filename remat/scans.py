@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from remat._jax_compat import scan_params
 from remat.errors import ExtractionError, InvalidPlanError
 from remat.flops import eqn_flops
 from remat.frontend import (
@@ -223,11 +224,6 @@ class ScanBody:
 
 
 # ------------------------------------------------------------------------------ analysis
-def _split_params(e: LeafEqn) -> tuple[Any, int, int, int]:
-    p = e.params
-    return p["jaxpr"], int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
-
-
 def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> ScanBody:
     """Analyse the scan equation ``forward.eqns[leaf]``.
 
@@ -242,7 +238,7 @@ def analyse_scan(forward: FlatJaxpr, leaf: int, activation: Sequence[bool]) -> S
     e = forward.eqns[leaf]
     if e.name != "scan":
         raise ExtractionError(f"forward equation {leaf} is {e.name!r}, not a scan")
-    closed, length, nc, ncar = _split_params(e)
+    closed, length, nc, ncar, _, _ = scan_params(e)
     body = flatten(closed, INLINE_FORWARD)
     E = len(body.eqns)
     n_in = len(body.arg_ids)
@@ -393,9 +389,7 @@ def bind_scan(e: LeafEqn, invals: Sequence[Any], decision: ScanDecision, scan_id
     ``body`` is the analysed :class:`ScanBody`); with ``decision.group > 1`` the scan is nested
     (the outer body checkpointed with nothing saveable).
     """
-    closed, length, nc, ncar = _split_params(e)
-    reverse = bool(e.params.get("reverse", False))
-    unroll = e.params.get("unroll", 1)
+    closed, length, nc, ncar, reverse, unroll = scan_params(e)
     if isinstance(body, ScanBody):
         fb, point = body.body, body.save_point
     else:
@@ -460,11 +454,12 @@ def unroll_scans(closed, *, max_length: int = 256):
         env.update(zip(fwd.arg_ids, args))
         for e in fwd.eqns:
             invals = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
-            if e.name == "scan" and int(e.params["length"]) <= max_length:
-                body_closed, L, nc, ncar = _split_params(e)
+            sp = scan_params(e) if e.name == "scan" else None
+            if sp is not None and sp.length <= max_length:
+                body_closed, L, nc, ncar, reverse, _ = sp
                 fb = flatten(body_closed, INLINE_FORWARD)
                 consts, carry, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
-                order = range(L - 1, -1, -1) if e.params.get("reverse") else range(L)
+                order = range(L - 1, -1, -1) if reverse else range(L)
                 ys_all = [None] * L
                 for i in order:
                     out = run_body(fb, [*consts, *carry, *[x[i] for x in xs]],

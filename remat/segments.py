@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from remat._jax_compat import call_body, open_jaxpr
 from remat.flops import ELEMENTWISE, REDUCTION, ZERO
 from remat.frontend import FlatJaxpr, LeafEqn, Lit, aval_bytes
 
@@ -82,11 +83,8 @@ def walk(segs: Sequence[Segment]):
 
 
 def _body_eqns(e: LeafEqn):
-    for key in ("call_jaxpr", "jaxpr", "fun_jaxpr"):
-        sub = e.params.get(key)
-        if sub is not None:
-            return getattr(sub, "jaxpr", sub).eqns
-    return None
+    sub = call_body(e)
+    return None if sub is None else open_jaxpr(sub).eqns
 
 
 def _cheap_jaxpr_eqn(e) -> bool:

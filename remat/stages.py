@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from remat._jax_compat import scan_params
 from remat.errors import ExtractionError
 from remat.frontend import LeafEqn, Lit
 
@@ -241,7 +242,8 @@ def _scan_name(e: LeafEqn, scope: str) -> str:
     """``fwd/<scope>/<body scope>[scan x L]``: named after the modules in the scan's body."""
     from remat.frontend import INLINE_FORWARD, flatten
 
-    body = flatten(e.params["jaxpr"], INLINE_FORWARD)
+    sp = scan_params(e)
+    body = flatten(sp.jaxpr, INLINE_FORWARD)
     keys = [b.scope.split("/") for b in body.eqns if b.scope]
     common: list[str] = []
     for parts in zip(*keys) if keys else ():
@@ -249,7 +251,7 @@ def _scan_name(e: LeafEqn, scope: str) -> str:
             break
         common.append(parts[0])
     name = "/".join([p for p in (scope, "/".join(common)) if p])
-    return f"fwd/{name}[scan x{e.params['length']}]"
+    return f"fwd/{name}[scan x{sp.length}]"
 
 
 def _isolate_scans(eqns, units, names, scopes):

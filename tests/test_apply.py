@@ -14,12 +14,12 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src.ad_checkpoint import saved_residuals
 from mlp_models import mlp_setup as shared_mlp_setup
 from mlp_models import relu_mlp_loss
 
 import policies
 import remat
+from remat._jax_compat import saved_residuals
 from remat.errors import ExtractionError, MicrobatchError, UnknownNameError
 
 RTOL, ATOL = 1e-5, 1e-6

@@ -4,7 +4,9 @@
 * layering: ``solvers`` imports no jax, no ``policies``/``experiments``; ``remat`` and
   ``policies`` never import ``experiments``; ``remat`` imports ``policies`` only inside
   functions (the drop-in resolves registry names lazily);
-* no module over 500 lines without a ``Length:`` paragraph in its docstring saying why.
+* no module over 500 lines without a ``Length:`` paragraph in its docstring saying why;
+* JAX internals (``jax._src``) are named in ``remat/_jax_compat.py`` only (tests included, but
+  ``tests/test_jax_compat.py``, which lists them).
 """
 
 from __future__ import annotations
@@ -100,3 +102,13 @@ def test_long_modules_say_why():
         if n > MAX_LINES and "Length:" not in doc:
             long.append((m, n))
     assert not long, f"modules over {MAX_LINES} lines without a 'Length:' reason: {long}"
+
+
+def test_jax_internals_only_in_the_compat_module():
+    allowed = {ROOT / "remat" / "_jax_compat.py", ROOT / "tests" / "test_jax_compat.py",
+               pathlib.Path(__file__).resolve()}
+    paths = [*_modules().values(), *sorted((ROOT / "tests").glob("*.py"))]
+    private = "jax." + "_src"
+    bad = sorted(str(p.relative_to(ROOT)) for p in paths if p not in allowed
+                 and (private in p.read_text() or "from jax import _src" in p.read_text()))
+    assert not bad, f"jax internals outside remat/_jax_compat.py: {bad}"

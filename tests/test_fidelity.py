@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src.ad_checkpoint import saved_residuals
 
 import policies
 import remat
+from remat._jax_compat import saved_residuals
 from remat.apply import RematFidelityWarning, apply_plan
 from remat.measurement import FLAG
 from remat.segments import walk

@@ -28,6 +28,7 @@ from xla_subprocess import run_json
 import policies
 import remat
 from policies.scan_layers import frontier
+from remat._jax_compat import JAX_VERSION
 from remat.apply import apply_plan
 from remat.errors import InfeasibleBudgetError, NotApplicableError
 from remat.measurement import residual_bytes
@@ -226,7 +227,10 @@ def test_scan_layers_plans_every_budget_with_exact_gradients(make):
     loss, params, x = make()
     g = remat.extract(loss, params, x)
     plans = frontier(g)
-    assert len(plans) >= 3, [p.meta["scans"] for _, p in plans]
+    # jax >= 0.12 differentiates tanh from its output: JAX's own residuals of the tanh MLP are
+    # then one value per iteration, and only "keep nothing" is below them
+    least = 2 if make is scan_mlp and JAX_VERSION >= (0, 12) else 3
+    assert len(plans) >= least, [p.meta["scans"] for _, p in plans]
     # no budget: JAX's own residuals (the fewest FLOPs); then strictly smaller peaks
     assert plans[0][1].meta["scans"] == ()
     peaks = [p.meta["peak_bytes"] for _, p in plans]
@@ -355,7 +359,9 @@ def test_checkpoint_policy_for_nn_scan_of_nn_remat():
 def test_checkpoint_policy_for_jax_checkpoint_in_lax_scan():
     loss, p, x = scan_attention()
     g = remat.extract(loss, p, x)
-    plan = policies.ScanLayers(budget="40%", nested=False).plan(g)
+    # the least-memory plan that keeps something (a percentage budget would depend on JAX's
+    # own residuals, which differ between versions)
+    plan = frontier(g, nested=False)[-2][1]
     (d,) = plan.meta["scans"]
     assert d.saved and d.group == 1
     pol = remat.checkpoint_policy(plan, g)
