@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import mlp_models
 import numpy as np
+import outside_models
 import pytest
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
@@ -71,61 +72,6 @@ def _mlp(act):
     return make
 
 
-def _custom_vjp():
-    """A plain-JAX MLP whose activation has a hand-written VJP (a clipped softplus)."""
-
-    @jax.custom_vjp
-    def softplus(x):
-        return jnp.logaddexp(x, 0.0)
-
-    def fwd(x):
-        return softplus(x), x
-
-    def bwd(x, g):
-        return (jnp.clip(g * jax.nn.sigmoid(x), -1.0, 1.0),)
-
-    softplus.defvjp(fwd, bwd)
-    rng = np.random.default_rng(0)
-    params = [jnp.asarray(rng.normal(size=(4, 4)), jnp.float32) for _ in range(2)]
-    x = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
-
-    def loss(p, x):
-        for w in p:
-            x = softplus(x @ w)
-        return jnp.mean(x ** 2)
-
-    return loss, params, x
-
-
-def _plain_transformer():
-    """One pre-LN block in plain JAX: layernorm, causal softmax attention, exact and tanh GELU,
-    token embedding lookup and cross-entropy."""
-    rng = np.random.default_rng(0)
-    T, D, V = 4, 8, 16
-    names = {"emb": (V, D), "qkv": (D, 3 * D), "out": (D, D), "fc1": (D, 2 * D),
-             "fc2": (2 * D, D), "g": (D,), "b": (D,)}
-    p = {k: jnp.asarray(rng.normal(size=s) * 0.3, jnp.float32) for k, s in names.items()}
-    tokens = jnp.asarray(rng.integers(0, V, size=(2, T)), jnp.int32)
-
-    def layernorm(x, p):
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
-
-    def loss(p, tokens):
-        x = p["emb"][tokens]
-        q, k, v = jnp.split(layernorm(x, p) @ p["qkv"], 3, axis=-1)
-        s = jnp.einsum("btd,bsd->bts", q, k) / np.sqrt(D)
-        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -1e9)
-        x = x + jax.nn.softmax(s, axis=-1) @ v @ p["out"]
-        h = layernorm(x, p) @ p["fc1"]
-        x = x + (jax.nn.gelu(h, approximate=True) + jax.nn.gelu(h, approximate=False)) @ p["fc2"]
-        logp = jax.nn.log_softmax(x @ p["emb"].T)
-        return -jnp.mean(jnp.take_along_axis(logp, tokens[..., None], axis=-1))
-
-    return loss, p, tokens
-
-
 MODELS = {
     **{f"zoo/{n}": _zoo(n) for n in ZOO_TINY},
     "zoo/bert_small[scan]": _zoo("bert_small", scan=True),
@@ -136,8 +82,11 @@ MODELS = {
     **{f"extract_models/{n}": m for n, m in extract_models.MODELS.items()},
     "mlp_models/relu": _mlp(jax.nn.relu),
     "mlp_models/tanh": _mlp(jnp.tanh),
-    "custom_vjp": _custom_vjp,
-    "plain_transformer": _plain_transformer,
+    "custom_vjp": outside_models.custom_vjp_mlp,
+    "plain_transformer": outside_models.plain_transformer,
+    "linen_scan_transformer": outside_models.linen_scan_transformer,
+    "linen_mlp": outside_models.linen_mlp,
+    "nnx_mlp": outside_models.nnx_mlp,
 }
 """name -> ``() -> (loss, params, batch)``: the models whose training jaxprs the census reads."""
 

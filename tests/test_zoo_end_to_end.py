@@ -1,5 +1,6 @@
 """Every zoo model, end to end at tiny sizes: a recomputing plan run by the executor and applied
-by ``remat.value_and_grad`` gives ``jax.value_and_grad``'s loss and gradients, and the executor's
+by ``remat.value_and_grad`` (SqrtN, and Checkmate at 60 %) gives ``jax.value_and_grad``'s loss and
+gradients, and the executor's
 measured peak matches the simulator's prediction (within 5%) and falls below checkpoint-all's."""
 
 import jax
@@ -8,6 +9,7 @@ import pytest
 
 import policies
 import remat
+from remat.errors import InfeasibleBudgetError
 
 TINY = {
     "mlp": dict(depth=6, width=32),
@@ -53,3 +55,11 @@ def test_zoo_model_plans_run_exactly(name):
 
     out = jax.jit(remat.value_and_grad(loss, policies.SqrtN()))(params, batch)
     _close(out, ref)
+    # Checkmate at 60 % through the drop-in: jax's gradients or a typed refusal of the budget
+    try:
+        vg = remat.value_and_grad(loss, policies.get("checkmate", budget="60%", time_limit=30))
+        out = jax.jit(vg)(params, batch)
+    except InfeasibleBudgetError as e:
+        assert e.min_feasible_bytes > e.budget
+    else:
+        _close(out, ref, rtol=1e-4)
