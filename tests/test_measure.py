@@ -89,6 +89,12 @@ def test_flag_check_in_subprocesses():
     assert on["sqrtn"]["survived"] is True and on["sqrtn"]["warning"] is None
     assert on["sqrtn"]["dots"] > on["sqrtn"]["base"] and on["sqrtn"]["barriers"] > 0
     assert on["sqrtn"]["temp"] < on["None"]["temp"]
-    # without it XLA:CPU strips the barriers: measure says so
-    assert off["sqrtn"]["survived"] is False and "XLA_FLAGS" in off["sqrtn"]["warning"]
-    assert off["sqrtn"]["temp"] >= off["None"]["temp"]
+    # without it, XLA:CPU strips the barriers up to jax 0.10/0.11 and keeps the recomputation on
+    # 0.12: whichever happens, measure's verdict (read from the HLO) agrees with the compiled
+    # temp bytes, and it warns exactly when the recomputation is gone
+    s, base = off["sqrtn"], off["None"]
+    assert s["survived"] is (s["temp"] < base["temp"])
+    if s["survived"]:
+        assert s["warning"] is None and s["dots"] > s["base"]
+    else:
+        assert "XLA_FLAGS" in s["warning"]
