@@ -85,7 +85,7 @@ def op_class(name: str) -> str:
 
 
 _CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat2", "checkpoint")  # remat2: jax.checkpoint
 
 
 def eqn_class(eqn: Any) -> str:

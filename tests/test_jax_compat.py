@@ -151,3 +151,16 @@ def test_check_reports_a_broken_accessor(monkeypatch):
     monkeypatch.setattr(compat, "scan_params", old_scan_params)
     problems = compat.check()
     assert len(problems) == 1 and problems[0].startswith("scan: KeyError"), problems
+
+
+def test_op_class_sees_into_jax_checkpoint():
+    """``jax.checkpoint``'s equation (primitive ``remat2``) takes the class of its body, as the
+    other call-like primitives do: a symmetrical body is symmetrical, a dot makes it asymmetrical."""
+    from remat.passes import eqn_class
+
+    def eqn(f):
+        closed = jax.make_jaxpr(jax.checkpoint(f))(jnp.ones((3, 3)))
+        return next(e for e in closed.eqns if e.primitive.name == "remat2")
+
+    assert eqn_class(eqn(lambda x: jnp.tanh(x) * 2.0)) == "symmetrical"
+    assert eqn_class(eqn(lambda x: x @ x)) == "asymmetrical"
