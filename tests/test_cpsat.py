@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from limits import SAFETY_S
 
 pytest.importorskip("ortools")
 
@@ -35,7 +36,7 @@ def test_fractional_costs_give_the_brute_force_optimum_and_a_valid_bound():
         cap = int(w.sum() // 2)
         best = min(-(vals @ np.array(b)) for b in itertools.product((0, 1), repeat=k)
                    if np.array(b) @ w <= cap)
-        sol = knapsack(vals, w, cap).solve("cpsat", time_limit=10)
+        sol = knapsack(vals, w, cap).solve("cpsat", time_limit=SAFETY_S)
         assert sol.status == "optimal" and sol.backend == "cpsat"
         assert sol.objective == pytest.approx(best, rel=1e-7)
         assert sol.bound <= best + 1e-12  # corrected for rounding: never above the optimum
@@ -50,7 +51,7 @@ def test_non_integral_rows_and_missing_incumbents_are_typed_errors():
         knapsack([1.0], [1], 1).solve("gurobi", time_limit=5)
     inf = knapsack([1.0, 1.0], [3, 3], 2)
     inf.add_rows_coo(np.zeros(2, np.int64), np.arange(2), np.ones(2), 1, lo=1.0)  # infeasible
-    assert inf.solve("cpsat", time_limit=5).status == "infeasible"
+    assert inf.solve("cpsat", time_limit=SAFETY_S).status == "infeasible"
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "race"])
@@ -67,8 +68,8 @@ def test_checkmate_on_cpsat_matches_highs_optimum(graph, solver):
 
         g = fan_and_skip_graph(4, 4)
     b = int(0.6 * g.no_remat_peak())
-    ref = Checkmate(budget=b, time_limit=60).plan(g)
-    got = Checkmate(budget=b, time_limit=60, solver=solver).plan(g)
+    ref = Checkmate(budget=b, time_limit=SAFETY_S).plan(g)
+    got = Checkmate(budget=b, time_limit=SAFETY_S, solver=solver).plan(g)
     assert ref.meta["status"] == got.meta["status"] == "optimal"
     assert got.meta["backend"] == solver and got.meta["method"] == "milp"  # the MILP ran
     assert got.meta["objective"] == pytest.approx(ref.meta["objective"], rel=1e-6)
@@ -90,12 +91,12 @@ def test_highs_still_solves_after_races_either_solver_won():
                               fwd_costs=rng.uniform(1, 3, 8))
         prob = CheckmateProblem.from_graph(g, int(0.55 * g.no_remat_peak()))
         try:
-            before = solve_checkmate(prob, time_limit=30, warm_start=None, lp_first=False)
+            before = solve_checkmate(prob, time_limit=SAFETY_S, warm_start=None, lp_first=False)
         except InfeasibleBudgetError:
             continue
-        race = solve_checkmate(prob, time_limit=30, backend="race", warm_start=None,
+        race = solve_checkmate(prob, time_limit=SAFETY_S, backend="race", warm_start=None,
                                lp_first=False)
-        after = solve_checkmate(prob, time_limit=30, warm_start=None, lp_first=False)
+        after = solve_checkmate(prob, time_limit=SAFETY_S, warm_start=None, lp_first=False)
         assert before.status == race.status == after.status == "optimal"
         assert race.objective == pytest.approx(before.objective, rel=1e-6)
         assert after.objective == pytest.approx(before.objective, rel=1e-6)

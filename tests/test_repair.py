@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from limits import SAFETY_S
 from test_checkmate import _random_problem
 
 from remat.errors import SolverError
@@ -28,7 +29,7 @@ def _relaxation_schedule(P):
     """The optimum of the relaxation without the memory chain (start and frontier rows)."""
     model = MilpModel("relaxation")
     v = add_checkmate_core(model, P, budget=P.budget, formulation=Formulation(memory_chain=False))
-    sol = model.solve("highs", time_limit=30, mip_gap=1e-6)
+    sol = model.solve("highs", time_limit=SAFETY_S, mip_gap=1e-6)
     return normalize(P, *decode_schedule(P, v, sol.x))
 
 
@@ -59,7 +60,7 @@ def test_repair_fits_keeps_the_fixed_steps_and_costs_no_less_than_the_optimum(ov
     overshooting steps (up to normalisation, which only drops entries), and is no cheaper than
     the exact optimum (it is a schedule)."""
     for P, R, S, over in overshooting:
-        fix = repair_schedule(P, R, S, time_limit=20, window=1)
+        fix = repair_schedule(P, R, S, time_limit=SAFETY_S, window=1)
         assert fix.status == "repaired", fix
         peak, _ = schedule_memory(P, fix.R, fix.S)
         assert peak <= P.budget
@@ -71,7 +72,7 @@ def test_repair_fits_keeps_the_fixed_steps_and_costs_no_less_than_the_optimum(ov
         # checkpoint or recomputation that the repaired windows no longer read)
         assert not (fix.R[~free] & ~R[~free]).any() and not (fix.S[~free] & ~S[~free]).any()
         assert (fix.R[~free] == R[~free]).mean() > 0.9
-        exact = solve_checkmate(P, time_limit=30, lp_first=False, lazy_memory=False,
+        exact = solve_checkmate(P, time_limit=SAFETY_S, lp_first=False, lazy_memory=False,
                                 warm_start=None)
         assert exact.status == "optimal"
         assert schedule_cost(P, fix.R) >= exact.objective * (1 - 1e-6)
@@ -81,8 +82,8 @@ def test_repair_with_every_step_free_is_the_exact_optimum(overshooting):
     """A window wider than the graph frees every step: the repair is the full MILP, so its
     cost is the exact optimum."""
     for P, R, S, _ in overshooting[:4]:
-        fix = repair_schedule(P, R, S, time_limit=30, window=P.n)
-        exact = solve_checkmate(P, time_limit=30, lp_first=False, lazy_memory=False,
+        fix = repair_schedule(P, R, S, time_limit=SAFETY_S, window=P.n)
+        exact = solve_checkmate(P, time_limit=SAFETY_S, lp_first=False, lazy_memory=False,
                                 warm_start=None)
         assert fix.status == "repaired" and fix.free_steps == P.n
         assert schedule_cost(P, fix.R) == pytest.approx(exact.objective, rel=1e-4)
@@ -113,8 +114,8 @@ def test_lazy_solve_stops_a_relaxation_whose_incumbent_overshoots_only_when_due(
     P, R, S, _ = overshooting[0]
     model = MilpModel("relaxation")
     v = add_checkmate_core(model, P, budget=P.budget, formulation=Formulation(memory_chain=False))
-    watch = _OvershootWatch(P, v, float("inf"), time.perf_counter() + (-1.0 if due else 1e3))
-    sol = model.solve("highs", time_limit=30, mip_gap=1e-6, on_start=watch.attach)
+    watch = _OvershootWatch(P, v, float("inf"), time.perf_counter() + (-1.0 if due else SAFETY_S))
+    sol = model.solve("highs", time_limit=SAFETY_S, mip_gap=1e-6, on_start=watch.attach)
     assert watch.over  # the relaxation's own optimum overshoots
     assert watch.stopped is due
     if not due:
