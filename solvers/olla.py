@@ -271,6 +271,7 @@ def solve_order(
     control_edges: np.ndarray | None = None,
     heuristic_restarts: int = 32,
     target_peak: int | None = None,
+    max_subproblems: int | None = None,
     log: bool = False,
 ) -> OrderSolution:
     """Minimise the peak resident bytes over the topological orders of a DAG (eq. 14).
@@ -304,6 +305,9 @@ def solve_order(
       target_peak: bytes; stop as soon as the incumbent peaks at or below it (a memory budget:
         a lower peak is of no further use), status ``"feasible"`` unless proven optimal.  The
         exact ILP is not stopped early; the greedy start and the LNS are.
+      max_subproblems: LNS only: stop after that many sub-ILPs (a work limit: with a time limit
+        that does not bind, the same search at any speed, as tests need); ``None``: until a
+        local optimum or the time limit.
       log: print the HiGHS log.
 
     Returns:
@@ -361,8 +365,12 @@ def solve_order(
         return done(r.order, r.peak, r.bound, r.status, r.message)
     if method != "lns":
         raise ValueError(f"method must be 'auto', 'exact' or 'lns', got {method!r}")
+    if max_subproblems is not None and not (isinstance(max_subproblems, int)
+                                            and max_subproblems >= 1):
+        raise ValueError(f"max_subproblems must be a positive int or None, got "
+                         f"{max_subproblems!r}")
     return _lns(red, sizes, e, preds, succs, warm, warm_peak, t0, time_limit, mip_gap, threads,
-                release, reach, log, ctrl, stats, done, target_peak)
+                release, reach, log, ctrl, stats, done, target_peak, max_subproblems)
 
 
 class _Exact(NamedTuple):
@@ -420,7 +428,7 @@ def _lns(red: _Reduced, sizes: np.ndarray, e: np.ndarray, preds: list[list[int]]
          time_limit: float, mip_gap: float, threads: int | None, release: int, reach0: int,
          log: bool,
          ctrl: np.ndarray | None, stats: dict, done: Callable[..., OrderSolution],
-         target_peak: int | None = None) -> OrderSolution:
+         target_peak: int | None = None, max_subproblems: int | None = None) -> OrderSolution:
     """Large-neighbourhood search with exact sub-ILPs (see :func:`solve_order`).
 
     Neighbourhood of level ``i``: the ``release * 2**i`` nodes closest to a peak step among
@@ -439,6 +447,9 @@ def _lns(red: _Reduced, sizes: np.ndarray, e: np.ndarray, preds: list[list[int]]
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0.5:
             timed_out, msg = True, "time limit"
+            break
+        if max_subproblems is not None and iters >= max_subproblems:
+            msg = f"max_subproblems ({max_subproblems}) reached"
             break
         k, reach = release << level, reach0 << level
         kept = order[host[order] < 0]  # reduced nodes in the current order

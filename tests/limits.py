@@ -40,3 +40,18 @@ def pinned_host_profile():
         devices.get("cortex-a72"), name="host", flops_per_s=5e10, memory_bandwidth=3.5e10,
         calibration=(), source="tests/limits.py: fixed rates, not measured")
     return mock.patch.object(devices, "host_profile", lambda: pinned)
+
+
+def spend_highs_time(monkeypatch) -> None:
+    """From here to the end of the test, every :meth:`solvers.milp.MilpModel.solve` runs with
+    :data:`HIGHS_SPENT` among its options: HiGHS stops at its first check, whatever the
+    machine's speed, for solvers that take no HiGHS options of their own (OLLA's order and
+    address ILPs)."""
+    from solvers.milp import MilpModel
+
+    real = MilpModel.solve
+
+    def solve(self, *args, options=None, **kwargs):
+        return real(self, *args, options={**(options or {}), **HIGHS_SPENT}, **kwargs)
+
+    monkeypatch.setattr(MilpModel, "solve", solve)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 import scipy.sparse as sp
+from limits import SAFETY_S
 
 from remat.errors import SolverError, SolverTimeoutError
 from solvers.milp import MilpModel
@@ -38,7 +39,7 @@ def test_knapsack_matches_enumeration(backend, seed):
     x = m.add_vars("x", len(w), 0, 1, integer=True)
     m.add_rows(sp.csr_matrix(w[None, :]), hi=cap)
     m.add_objective(x, -v)
-    sol = m.solve(backend, time_limit=10)
+    sol = m.solve(backend, time_limit=SAFETY_S)
     assert sol.status == "optimal"
     assert sol.objective == pytest.approx(-_brute_knapsack(w, v, cap))
     obj, viol = m.evaluate(sol.x)
@@ -84,7 +85,7 @@ def test_infeasible_status():
 
 
 def _hard_model(n=60, seed=0):
-    # a random multi-dimensional knapsack: slow enough to hit a tiny time limit
+    # a random multi-dimensional knapsack: its proof takes a search (43 nodes)
     rng = np.random.default_rng(seed)
     m = MilpModel()
     x = m.add_vars("x", n, 0, 1, integer=True)
@@ -95,17 +96,27 @@ def _hard_model(n=60, seed=0):
 
 
 def test_time_limit_with_incumbent_returns_time_limit_status():
+    """A limit of 0 s (spent at HiGHS's first check, whatever the machine's speed) with a
+    feasible warm start: status ``time_limit`` and the warm start back; a search stopped by a
+    work limit (HiGHS ``mip_max_nodes``) returns its incumbent, a valid bound and the gap."""
     m, x = _hard_model()
     ws = np.zeros(m.num_vars)  # all-zero is feasible
-    sol = m.solve(time_limit=0.3, warm_start=ws, mip_gap=0.0)
-    assert sol.status in ("time_limit", "optimal")
-    if sol.status == "time_limit":
-        assert sol.x is not None and sol.gap > 0 and sol.bound <= sol.objective
-        assert sol.solve_time_s < 5
+    sol = m.solve(time_limit=0.0, warm_start=ws, mip_gap=0.0)
+    assert sol.status == "time_limit" and sol.x is not None
+    assert sol.objective == 0.0 and not sol.bound > sol.objective
+    part = m.solve(time_limit=SAFETY_S, warm_start=ws, mip_gap=0.0,
+                   options={"mip_max_nodes": 1})
+    full = m.solve(time_limit=SAFETY_S, warm_start=ws, mip_gap=0.0)
+    assert full.status == "optimal" and full.node_count > 1
+    assert part.status == "feasible" and part.x is not None and part.node_count <= 1
+    assert part.bound <= full.objective <= part.objective < 0.0
+    assert part.gap > 0 and part.gap == pytest.approx((part.objective - part.bound)
+                                                      / abs(part.objective))
 
 
 def test_time_limit_without_incumbent_raises_with_bound():
-    # a market-split instance (Cornuejols-Dawande): feasible points are very hard to find
+    # a market-split instance (Cornuejols-Dawande): feasible points are very hard to find; a
+    # limit of 0 s is spent before HiGHS has one, at any speed
     rng = np.random.default_rng(1)
     n = 40
     m = MilpModel()
@@ -114,7 +125,7 @@ def test_time_limit_without_incumbent_raises_with_bound():
     rhs = np.floor(A.sum(1) / 2)
     m.add_rows(sp.csr_matrix(A), lo=rhs, hi=rhs)
     with pytest.raises(SolverTimeoutError) as err:
-        m.solve(time_limit=0.2)
+        m.solve(time_limit=0.0)
     assert err.value.bound is None or err.value.bound <= 0.0
 
 
