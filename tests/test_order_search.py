@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from limits import SAFETY_S
 from test_olla import random_dag, topological_orders
 
 from remat.errors import InvalidGraphError, RematError
@@ -84,8 +85,8 @@ def test_solve_order_starts_from_the_better_order():
     ``warm_peak_bytes``; without it the result is never above the program's order."""
     sizes = np.array([100, 100, 1, 1, 1])
     edges = np.array([[0, 2], [1, 3], [2, 4], [3, 4]])
-    with_h = solve_order(sizes, edges, time_limit=5, heuristic_restarts=4)
-    without = solve_order(sizes, edges, time_limit=5, heuristic_restarts=0)
+    with_h = solve_order(sizes, edges, time_limit=SAFETY_S, heuristic_restarts=4)
+    without = solve_order(sizes, edges, time_limit=SAFETY_S, heuristic_restarts=0)
     assert with_h.warm_peak_bytes == without.warm_peak_bytes == 201
     assert with_h.peak_bytes <= greedy_order(sizes, edges, restarts=4)[1] == 102
     assert without.peak_bytes <= 201
@@ -93,7 +94,8 @@ def test_solve_order_starts_from_the_better_order():
 
 
 def test_solve_order_out_of_time_still_returns_the_greedy_order():
-    """With no time for the ILP the result is the greedy start, below the program's order."""
+    """With no time for the ILP (1 ms: below the ILP's 0.05 s floor at any speed) the result is
+    the greedy start, below the program's order."""
     sizes = np.tile([100, 100, 1, 1, 1], 20)
     edges = np.concatenate([np.array([[0, 2], [1, 3], [2, 4], [3, 4]]) + 5 * k for k in range(20)]
                            + [np.array([[5 * k + 4, 5 * k + 5] for k in range(19)])])
@@ -114,27 +116,42 @@ def _layered(n: int = 120, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_target_peak_stops_the_search_once_met():
+    """A target the greedy start meets ends the search before any ILP; an unreachable one
+    (0 bytes) lets it search on (one LNS sub-ILP, a work limit), never above the greedy peak.
+    The safety net leaves the greedy start all its 32 restarts, as the reference had."""
     sizes, edges = _layered()
     _, greedy_peak = greedy_order(sizes, edges, restarts=32)
-    sol = solve_order(sizes, edges, time_limit=30, target_peak=greedy_peak)
+    sol = solve_order(sizes, edges, time_limit=SAFETY_S, target_peak=greedy_peak)
     assert sol.peak_bytes <= greedy_peak and "target" in sol.message
     assert sol.solve_time_s == 0.0  # no ILP was needed
-    free = solve_order(sizes, edges, time_limit=3, target_peak=0)  # unreachable: searches on
+    free = solve_order(sizes, edges, time_limit=SAFETY_S, target_peak=0, method="lns",
+                       max_subproblems=1)  # unreachable: searches on
     assert free.peak_bytes <= greedy_peak and free.solve_time_s > 0
+    assert "1 sub-ILPs" in free.message
 
 
-def test_checkmate_reorder_stops_when_the_order_alone_fits():
+def test_checkmate_reorder_stops_when_the_order_alone_fits(monkeypatch):
     """Checkmate(order="min_peak") at a budget the greedy order meets: no recomputation, and
-    the order search ends at once instead of using its share (0.25 x 40 s)."""
+    the order search ends at its start (no ILP) instead of searching on for its share of the
+    time."""
     from test_olla import graph_of
 
     import policies
+    import solvers.olla
 
     sizes, edges = _layered()
     g = graph_of(sizes, edges)
     _, greedy_peak = greedy_order(sizes, edges, restarts=32)
     assert greedy_peak < g.no_remat_peak()
-    plan = policies.get("checkmate", budget=greedy_peak, order="min_peak", time_limit=40).plan(g)
-    assert plan.meta["order_time_s"] < 3.0
-    assert int(plan.R.sum()) == g.n  # every node computed once
+    searches = []
 
+    def solve_order_seen(*args, **kwargs):
+        searches.append(solve_order(*args, **kwargs))
+        return searches[-1]
+
+    monkeypatch.setattr(solvers.olla, "solve_order", solve_order_seen)
+    plan = policies.get("checkmate", budget=greedy_peak, order="min_peak",
+                        time_limit=SAFETY_S).plan(g)
+    assert len(searches) == 1 and "meets the target peak" in searches[0].message
+    assert searches[0].solve_time_s == 0.0  # no ILP ran
+    assert int(plan.R.sum()) == g.n  # every node computed once
