@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 from bench_graphs import FILES, needs_bench
+from limits import SAFETY_S
 
 import policies
 import remat
@@ -90,7 +91,7 @@ def test_never_below_checkmate_optimum():
             gp = GreedyRemat().plan(g, budget=b)
         except InfeasibleBudgetError:
             continue
-        opt = policies.Checkmate(time_limit=20).plan(g, budget=b)
+        opt = policies.Checkmate(time_limit=SAFETY_S).plan(g, budget=b)
         assert opt.meta["status"] == "optimal"
         c_greedy = float(gp.compute_counts() @ g.costs)
         c_opt = float(opt.compute_counts() @ g.costs)

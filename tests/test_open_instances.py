@@ -2,6 +2,7 @@
 measured plans, checked against independent facts on small graphs."""
 
 import numpy as np
+from limits import SAFETY_S
 
 import policies
 import remat
@@ -21,20 +22,20 @@ def test_memory_floor_is_proven_and_below_a_real_plan():
     step = min_step_bytes(g)
     fits = replay(g, policies.get("recompute_all").plan(g)).peak_bytes  # a real schedule's peak
     floor, probes, _ = oi.memory_floor(g.preds, g.sizes, step - 1, int(fits) + 1000,
-                                       proof_time=10, steps=20)
+                                       proof_time=SAFETY_S, steps=20)
     assert probes > 0 and step - 1 <= floor < fits  # below a schedule that exists
-    assert prove_infeasible(g.preds, g.sizes, floor, time_limit=10).proven
+    assert prove_infeasible(g.preds, g.sizes, floor, time_limit=SAFETY_S).proven
 
 
 def test_program_order_lp_proves_infeasible_below_one_step_and_bounds_cost_above():
     g = _graph()
-    st, _, _ = oi.program_order_lp(g, min_step_bytes(g) - 1, 30)
+    st, _, _ = oi.program_order_lp(g, min_step_bytes(g) - 1, SAFETY_S)
     assert st == "infeasible"
-    st, bound, _ = oi.program_order_lp(g, int(g.no_remat_peak()), 30)
+    st, bound, _ = oi.program_order_lp(g, int(g.no_remat_peak()), SAFETY_S)
     assert st == "optimal" and abs(bound - 1.0) < 1e-6  # nothing needs recomputing
     b = int(0.8 * g.no_remat_peak())
-    st, bound, _ = oi.program_order_lp(g, b, 30)
-    opt = policies.get("checkmate", time_limit=30).plan(g, budget=b)
+    st, bound, _ = oi.program_order_lp(g, b, SAFETY_S)
+    opt = policies.get("checkmate", time_limit=SAFETY_S).plan(g, budget=b)
     assert st == "optimal" and bound <= opt.meta["objective"] / g.costs.sum() + 1e-6
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from limits import SAFETY_S  # noqa: E402
 from poet_bruteforce import brute_force_energy  # noqa: E402
 
 import policies  # noqa: E402
@@ -174,14 +175,14 @@ def test_policy_plans_fit_and_report_consistent_energy():
         for paging, rem in CONFIGS:
             try:
                 p = policies.get("poet", device=dev, budget=b, paging=paging, remat=rem,
-                                 time_limit=30).plan(g)
+                                 time_limit=SAFETY_S).plan(g)
             except InfeasibleBudgetError:
                 plans[(paging, rem)] = None
                 continue
             p.validate(g)
             rep = simulate(g, p, device=dev)
             assert rep.peak_bytes <= b
-            assert p.meta["status"] in ("optimal", "time_limit")
+            assert p.meta["status"] == "optimal"  # the energies compared below are optima
             assert rep.energy_j == pytest.approx(p.meta["energy_j"], rel=1e-9)
             # energy by hand: compute per run + storage power x (latency + bytes/bandwidth)
             t, e = dev.node_costs(g)
@@ -266,7 +267,7 @@ def test_executor_runs_poet_plans(paging, rem, store):
     from policies.poet import _frontier_lower_bound
 
     b = (_frontier_lower_bound(g) + g.no_remat_peak()) // 2  # between the floor and checkpoint-all
-    plan = Poet(device=dev, budget=b, paging=paging, remat=rem, time_limit=30).plan(g)
+    plan = Poet(device=dev, budget=b, paging=paging, remat=rem, time_limit=SAFETY_S).plan(g)
     if paging:
         assert plan.page_out.any()  # the budget forces paging or recompute; paging is cheap here
     value, grads, stats = remat.execute(g, plan, params, x, paging_store=store)
