@@ -47,7 +47,9 @@ def test_zoo_model_plans_run_exactly(name):
     peaks = {}
     for label, p in (("all", full), ("sqrtn", plan)):
         value, grads, stats = remat.execute(g, p, params, batch)
-        _close((value, grads), ref)
+        # op by op against one jitted step: float32 reassociation, up to 4.4e-5 relative on
+        # resnet50's smallest gradients on jax 0.8 (a wrong plan is off by O(1))
+        _close((value, grads), ref, rtol=1e-4)
         sim = remat.simulate(g, p).peak_bytes
         assert abs(stats.peak_bytes - sim) <= 0.05 * sim, (label, stats.peak_bytes, sim)
         peaks[label] = stats.peak_bytes
