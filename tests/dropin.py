@@ -13,17 +13,20 @@ from remat.fidelity import FIDELITY_RTOL, RematFidelityWarning
 
 
 def run_against_jax(vg, loss, *args):
-    """Run the drop-in ``vg(*args)`` with warnings recorded; assert its value and gradients
-    equal ``jax.value_and_grad(loss)(*args)`` (rtol 1e-5).
+    """Run the drop-in ``jax.jit(vg)(*args)`` with warnings recorded (planned while jit traces
+    it, as in a training step); assert its value and gradients equal
+    ``jax.jit(jax.value_and_grad(loss))(*args)`` (rtol 1e-5).  Jitted, not eager: one
+    compilation instead of one per primitive (a 24-layer linen MLP's drop-in test spent 20 of
+    its 25 s compiling ops one by one); ``tests/test_apply.py`` runs drop-ins eagerly.
 
     Returns:
       ``(applied, fidelity)``: ``vg.applied(*args)`` and the RematFidelityWarnings raised.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        value, grads = vg(*args)
+        value, grads = jax.jit(vg)(*args)
         ap = vg.applied(*args)
-    rv, rg = jax.value_and_grad(loss)(*args)
+    rv, rg = jax.jit(jax.value_and_grad(loss))(*args)
     assert_same(value, rv)
     assert_same(grads, rg)
     return ap, [w for w in caught if issubclass(w.category, RematFidelityWarning)]

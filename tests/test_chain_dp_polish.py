@@ -70,7 +70,7 @@ def test_polished_plans_through_the_drop_in(frontend):
     from experiments.milp_unseen import random_width_mlp
 
     if frontend == "linen":
-        loss, params, batch = random_width_mlp(3, layers=24, batch=16)
+        loss, params, batch = random_width_mlp(3, layers=24, batch=16, numpy_params=True)
     else:
         loss = tanh_mlp_loss
         params, batch = mlp_setup(24, 16, 16)
