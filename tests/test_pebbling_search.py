@@ -118,7 +118,10 @@ def test_auto_keeps_the_cheaper_of_the_two_methods(seed, frac):
     assert plans["auto"].meta["witness"] == "feasible"
 
 
-SCANNED_SKIPS = EXAMPLES[0]  # skips, a concatenation, a scanned stack, a loss nobody reads
+# skips, a concatenation, a scanned stack, a loss nobody reads; relu at both ends, so that a budget
+# lies strictly between the largest single-step need and the no-remat peak on every JAX (with
+# EXAMPLES[0]'s tanh ends, jax 0.12 differentiates tanh from its output and the two meet)
+SCANNED_SKIPS = {**EXAMPLES[0], "acts": ("relu", "tanh", "gelu", "sigmoid", "relu")}
 
 N250 = [f for f in FILES if f.name.startswith("random_layered_n250_")]
 
