@@ -120,7 +120,8 @@ def test_checkmate_milp_agrees_at_ten_budgets():
     lo = min_feasible_budget(chain_problem(g)[0])
     budgets = np.linspace(lo, g.no_remat_peak(), 10).round().astype(int)
     for B in budgets:
-        milp = remat.simulate(g, Checkmate(budget=int(B), mip_gap=1e-7).plan(g)).compute_time_s
+        milp = remat.simulate(g, Checkmate(budget=int(B), mip_gap=1e-7, time_limit=SAFETY_S)
+                              .plan(g)).compute_time_s
         dp, _, _ = dp_cost(g, int(B))
         assert dp == pytest.approx(milp, rel=1e-6), B
 

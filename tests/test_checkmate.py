@@ -210,9 +210,9 @@ def test_min_feasible_above_frontier_bound_uses_the_milp():
     assert P.frontier_lower_bound() < true_min
     assert min_feasible_budget(P) == (true_min, True)
     with pytest.raises(InfeasibleBudgetError) as err:
-        solve_checkmate(P.with_budget(true_min - 1))
+        solve_checkmate(P.with_budget(true_min - 1), time_limit=SAFETY_S)
     assert err.value.min_feasible_bytes == true_min
-    assert solve_checkmate(P.with_budget(true_min)).peak_bytes <= true_min
+    assert solve_checkmate(P.with_budget(true_min), time_limit=SAFETY_S).peak_bytes <= true_min
 
 
 def _oracle_peak(g, R, S) -> int:

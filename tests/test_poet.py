@@ -87,7 +87,7 @@ def test_milp_equals_brute_force(seed):
         prob = PoetProblem(n, np.array(edges), sizes, ec, tc, ein, eout, tin, tout,
                            budget, deadline=deadline, paging=paging, remat=rem,
                            count_paging_time=sync)
-        sol = solve_poet(prob, mip_gap=0.0)
+        sol = solve_poet(prob, mip_gap=0.0, time_limit=SAFETY_S)
         if ref is None:
             assert sol.status == "infeasible"
             best[(paging, rem)] = np.inf
@@ -120,7 +120,7 @@ def test_integrated_strictly_beats_both_ablations():
         prob = PoetProblem(g.n, g.edge_array, sizes, g.costs, g.costs, k * sizes, k * sizes,
                            0 * g.costs, 0 * g.costs, 14, deadline=73.77925420993809,
                            paging=paging, remat=rem)
-        sol = solve_poet(prob, mip_gap=0.0)
+        sol = solve_poet(prob, mip_gap=0.0, time_limit=SAFETY_S)
         assert sol.status == "optimal"
         res[(paging, rem)] = sol
     both = res[(True, True)]
