@@ -35,7 +35,7 @@ def _relaxation_schedule(P):
 
 def _overshooting_instances():
     out = []
-    for seed in range(6):
+    for seed in range(5):  # (seed 5 gave no overshooting schedule, after 3 s of MILPs)
         for n in (12, 14, 16):
             P = _random_problem(n, 100 * seed + n, 1.0)
             top, lo = P.budget, min_feasible_budget(P)[0]
