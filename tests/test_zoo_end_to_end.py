@@ -24,11 +24,15 @@ TINY = {
 }
 
 
-def _close(got, ref, rtol=1e-5, atol=1e-6):
+def _close(got, ref, rtol=1e-5, atol=1e-6, scaled=False):
+    """Leaf by leaf; ``scaled``: ``atol`` also ``rtol`` times the leaf's largest magnitude (an
+    element near zero in a leaf of size-1 entries carries the leaf's rounding, not its own)."""
     g, r = jax.tree.leaves(got), jax.tree.leaves(ref)
     assert len(g) == len(r)
     for a, b in zip(g, r):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
+        b = np.asarray(b)
+        tol = max(atol, rtol * float(np.abs(b).max(initial=0.0))) if scaled else atol
+        np.testing.assert_allclose(np.asarray(a), b, rtol=rtol, atol=tol)
 
 
 def test_every_zoo_model_is_covered():
@@ -47,9 +51,10 @@ def test_zoo_model_plans_run_exactly(name):
     peaks = {}
     for label, p in (("all", full), ("sqrtn", plan)):
         value, grads, stats = remat.execute(g, p, params, batch)
-        # op by op against one jitted step: float32 reassociation, up to 4.4e-5 relative on
-        # resnet50's smallest gradients on jax 0.8 (a wrong plan is off by O(1))
-        _close((value, grads), ref, rtol=1e-4)
+        # op by op against one jitted step: float32 reassociation; on jax 0.8 resnet50's
+        # gradients differ by up to 4.7e-6 on entries near zero in leaves of magnitude ~4
+        # (relative 9e-4 there): compared at 1e-4 of each leaf's scale (a wrong plan is off by O(1))
+        _close((value, grads), ref, rtol=1e-4, scaled=True)
         sim = remat.simulate(g, p).peak_bytes
         assert abs(stats.peak_bytes - sim) <= 0.05 * sim, (label, stats.peak_bytes, sim)
         peaks[label] = stats.peak_bytes
