@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from bench_graphs import FILES, needs_bench
+from limits import SAFETY_S
 
 import policies
 import remat
@@ -78,7 +79,7 @@ def test_bound_and_heuristic_agree_with_exhaustive_search(seed):
     for b in range(max(1, exact - 3), peak + 1):
         proof = prove_infeasible(preds, sizes, b)
         try:
-            plan = Pebbling().plan(g, budget=b)
+            plan = Pebbling(witness_time_s=SAFETY_S).plan(g, budget=b)
         except InfeasibleBudgetError:
             plan = None
         if b >= exact:
@@ -95,7 +96,7 @@ def test_bound_and_heuristic_agree_with_exhaustive_search(seed):
 def test_at_no_remat_peak_recomputes_nothing(score):
     g = _random_dag(3, 10)
     peak = g.no_remat_peak()
-    plan = Pebbling(score=score).plan(g, budget=peak)
+    plan = Pebbling(witness_time_s=SAFETY_S, score=score).plan(g, budget=peak)
     _check(g, plan, peak)
     assert int(plan.R.sum()) == g.n and plan.R.shape == (g.n, g.n)
 
@@ -103,17 +104,17 @@ def test_at_no_remat_peak_recomputes_nothing(score):
 def test_infeasible_error_names_a_working_budget():
     g = remat.chain_graph(6, sizes=[3, 1, 4, 1, 5, 9])
     with pytest.raises(InfeasibleBudgetError) as ei:
-        Pebbling(method="steps").plan(g, budget=5)
+        Pebbling(witness_time_s=SAFETY_S, method="steps").plan(g, budget=5)
     mf = int(ei.value.min_feasible_bytes)
     assert mf > 5 and "not a proven bound" in str(ei.value)
-    _check(g, Pebbling().plan(g, budget=mf), mf)
+    _check(g, Pebbling(witness_time_s=SAFETY_S).plan(g, budget=mf), mf)
 
 
 def test_chain_tight_budget_fits_where_greedy_does_not_need_more():
     g = remat.chain_graph(12, sizes=4)
     peak = g.no_remat_peak()
     b = math.ceil(0.5 * peak)
-    rep = _check(g, Pebbling().plan(g, budget=b), b)
+    rep = _check(g, Pebbling(witness_time_s=SAFETY_S).plan(g, budget=b), b)
     assert rep.peak_bytes < peak and rep.recomputations > 0
 
 
@@ -132,7 +133,7 @@ def test_random_layered_where_greedy_fails(path, m):
     b = math.ceil(m * g.no_remat_peak())
     with pytest.raises(InfeasibleBudgetError):
         policies.get("greedy_remat").plan(g, budget=b)
-    _check(g, Pebbling().plan(g, budget=b), b)
+    _check(g, Pebbling(witness_time_s=SAFETY_S).plan(g, budget=b), b)
 
 
 def test_bound_proves_below_single_step_need():
@@ -162,7 +163,7 @@ def test_frontier_mode_is_checkmate_form(seed):
     for frac in (1.0, 0.9, 0.8, 0.7):
         b = math.ceil(frac * peak)
         try:
-            plan = Pebbling(frontier=True).plan(g, budget=b)
+            plan = Pebbling(witness_time_s=SAFETY_S, frontier=True).plan(g, budget=b)
         except InfeasibleBudgetError as e:
             assert e.min_feasible_bytes > b
             continue

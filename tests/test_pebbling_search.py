@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from bench_graphs import FILES, needs_bench
 from generated_models import FRONTENDS, Spec, build
+from limits import SAFETY_S
 from test_pebbling import _exact_min_peak, _random_dag
 from test_policy_properties import EXAMPLES
 
@@ -44,7 +45,7 @@ def test_decisions_equal_the_exhaustive_minimum(seed):
     g = _random_dag(seed, 6 if seed < 5 else 8)
     exact = _exact_min_peak(g)
     for b in range(max(0, exact - 4), g.no_remat_peak() + 2):
-        d = decide(g.preds, g.sizes, b)
+        d = decide(g.preds, g.sizes, b, time_limit=SAFETY_S)
         if b >= exact:
             assert d.status == "feasible", (b, exact, d)
             assert _valid_witness(g, d.schedule, b)
@@ -59,7 +60,7 @@ def test_witness_plan_replays_as_its_run_order(seed):
     search's own accounting gives its run order, event by event, and fits the budget."""
     g = _random_dag(seed, 8)
     b = _exact_min_peak(g)
-    plan = Pebbling(method="witness").plan(g, budget=b)
+    plan = Pebbling(witness_time_s=SAFETY_S, method="witness").plan(g, budget=b)
     plan.validate(g)
     rep = replay(g, plan)
     np.testing.assert_array_equal(rep.live_bytes,
@@ -71,7 +72,7 @@ def test_witness_plan_replays_as_its_run_order(seed):
 @pytest.mark.parametrize("order", ["cost", "density"])
 def test_prune_removes_every_recomputation_when_memory_allows(order):
     g = remat.chain_graph(8, sizes=3)
-    tight = decide(g.preds, g.sizes, int(0.45 * g.no_remat_peak()))
+    tight = decide(g.preds, g.sizes, int(0.45 * g.no_remat_peak()), time_limit=SAFETY_S)
     seq = list(tight.schedule)
     assert len(seq) > g.n  # the tight witness recomputes
     loose = prune_recomputation(seq, g.preds, g.sizes, g.costs, int(g.sizes.sum()), order=order)
@@ -111,7 +112,8 @@ def test_prune_best_keeps_the_cheaper_order():
 def test_auto_keeps_the_cheaper_of_the_two_methods(seed, frac):
     g = _random_dag(seed, 12)
     b = int(frac * g.no_remat_peak())
-    plans = {m: Pebbling(method=m).plan(g, budget=b) for m in ("steps", "witness", "auto")}
+    plans = {m: Pebbling(witness_time_s=SAFETY_S, method=m).plan(g, budget=b)
+             for m in ("steps", "witness", "auto")}
     cost = {m: float(p.R.sum(0) @ g.costs) for m, p in plans.items()}
     cheaper = min(("steps", "witness"), key=lambda m: (cost[m], m != "steps"))
     assert cost["auto"] == cost[cheaper] and plans["auto"].meta["method"] == cheaper
@@ -133,11 +135,12 @@ def test_published_n250_fits_the_budget_no_other_method_fitted(path):
     shaving, LP rounding and the MILP found nothing under 90 970 B; the witness fits, replayed.
     One byte under the widest node's single-step need is proven infeasible."""
     g = remat.graph_io.load_graph(path)
-    plan = Pebbling().plan(g, budget=88_104)
+    plan = Pebbling(witness_time_s=SAFETY_S).plan(g, budget=88_104)
     rep = remat.simulate(g, plan)
     assert rep.peak_bytes <= 88_104 and plan.R.any(axis=0).all()
     assert plan.meta["method"] == "witness"
-    d = decide(g.preds, g.sizes, frontier_lower_bound(g.sizes, g.edge_array) - 1)
+    d = decide(g.preds, g.sizes, frontier_lower_bound(g.sizes, g.edge_array) - 1,
+               time_limit=SAFETY_S)
     assert d.status == "infeasible" and d.proof == "single step"
 
 
@@ -152,7 +155,7 @@ def test_infeasible_error_is_proven_and_names_the_exact_minimum():
     g = _random_dag(4, 7)
     exact = _exact_min_peak(g)
     with pytest.raises(InfeasibleBudgetError, match="proven") as ei:
-        Pebbling(method="witness").plan(g, budget=exact - 1)
+        Pebbling(witness_time_s=SAFETY_S, method="witness").plan(g, budget=exact - 1)
     assert int(ei.value.min_feasible_bytes) == exact
 
 
@@ -204,7 +207,8 @@ def test_witness_plans_through_the_drop_in(frontend):
     g = remat.extract(loss, params, batch, **kw)
     need = frontier_lower_bound(g.sizes, g.edge_array)
     budget = (need + g.no_remat_peak()) // 2  # between the smallest possible and no remat
-    vg = remat.value_and_grad(loss, Pebbling(method="witness", budget=budget), **kw)
+    vg = remat.value_and_grad(
+        loss, Pebbling(witness_time_s=SAFETY_S, method="witness", budget=budget), **kw)
     ap, fid = run_against_jax(vg, loss, params, batch)
     assert ap.plan.meta["method"] == "witness" and ap.graph.n == g.n
     assert ap.plan.meta["peak_bytes"] <= budget < g.no_remat_peak()
@@ -218,7 +222,8 @@ def test_repeated_inputs_zero_sizes_isolated_nodes_and_the_empty_graph():
     once = [(), (0,), (0, 1), (), (2,)]
     sizes = [3, 0, 4, 5, 2]
     for b in range(4, 16):
-        a, c = decide(dup, sizes, b), decide(once, sizes, b)
+        a, c = (decide(dup, sizes, b, time_limit=SAFETY_S),
+                decide(once, sizes, b, time_limit=SAFETY_S))
         assert a.status == c.status and a.schedule == c.schedule, b
         if a.status == "feasible":
             assert sorted(set(a.schedule)) == list(range(5))
@@ -238,7 +243,7 @@ def test_step_wise_plans_are_pruned_and_still_fit(seed):
     g = _random_dag(seed, 30)
     b = int(0.6 * g.no_remat_peak())
     raw = pebbling_steps(g, b, "dtr")
-    plan = Pebbling(method="steps", score="dtr").plan(g, budget=b)
+    plan = Pebbling(witness_time_s=SAFETY_S, method="steps", score="dtr").plan(g, budget=b)
     assert remat.simulate(g, plan).peak_bytes <= b and plan.R.any(axis=0).all()
     assert float(plan.R.sum(axis=0) @ g.costs) < sum(g.costs[e].sum() for e in raw[0])
 
@@ -257,7 +262,7 @@ def test_witness_plans_measured_by_the_executor(frontend):
         loss, params, batch = build(Spec(frontend=frontend, **SCANNED_SKIPS))
     g = remat.extract(loss, params, batch)
     budget = (frontier_lower_bound(g.sizes, g.edge_array) + g.no_remat_peak()) // 2
-    plan = Pebbling(method="witness", budget=budget).plan(g)
+    plan = Pebbling(witness_time_s=SAFETY_S, method="witness", budget=budget).plan(g)
     stats, sim = run_and_check(loss, params, batch, g, plan)
     assert sim.peak_bytes <= budget < g.no_remat_peak()
     assert stats.peak_bytes <= 1.05 * budget
