@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import outside_models
 import pytest
+from limits import SAFETY_S
 
 import policies
 import remat
@@ -62,7 +63,7 @@ def _policies(model):
 
 def _policy(name):
     if name == "checkmate":
-        return policies.get("checkmate", budget="60%", time_limit=30)
+        return policies.get("checkmate", budget="60%", time_limit=SAFETY_S)
     if name == "scan_layers":
         return policies.get("scan_layers", budget="60%")
     return policies.get(name)

@@ -6,6 +6,7 @@ measured peak matches the simulator's prediction (within 5%) and falls below che
 import jax
 import numpy as np
 import pytest
+from limits import SAFETY_S
 
 import policies
 import remat
@@ -64,7 +65,7 @@ def test_zoo_model_plans_run_exactly(name):
     _close(out, ref)
     # Checkmate at 60 % through the drop-in: jax's gradients or a typed refusal of the budget
     try:
-        vg = remat.value_and_grad(loss, policies.get("checkmate", budget="60%", time_limit=30))
+        vg = remat.value_and_grad(loss, policies.get("checkmate", budget="60%", time_limit=SAFETY_S))
         out = jax.jit(vg)(params, batch)
     except InfeasibleBudgetError as e:
         assert e.min_feasible_bytes > e.budget
