@@ -3,7 +3,8 @@
     python -m experiments.gpu_benchmark --out experiments/results/gpu_benchmark.csv \\
         [--size full|tiny] [--models gpt2_small,resnet50,...] \\
         [--policies checkmate,sqrtn,scan_layers] [--budgets 30,50,70] \\
-        [--steps 8 --warmup 3] [--deadline-s 330] [--time-limit 20]
+        [--steps 8 --warmup 3] [--deadline-s 330] [--time-limit 20] \\
+        [--builtins dots_saveable,...] [--plan-workers 4] [--energy-min-s 1]
 
 Models (:mod:`experiments.bench_models`): zoo ``gpt2_small`` (batch 16, sequence 512), zoo
 ``resnet50`` (batch 64, 224 px), a plain-JAX 12-layer transformer (d=1024, batch 16, seq 512),
@@ -25,8 +26,9 @@ Configurations, per model, in this order:
   ``griewank``, ``checkpoint_all`` and ``recompute_all`` run once, without one), ``name@B``
   at budget ``B`` % only, ``name@-`` without a budget.  ``checkmate`` is built as
   ``policies.get("checkmate", budget=..., time_limit=T)`` with ``T = --time-limit`` (default
-  20 s, so that five models fit in six minutes; the MILP returns its best schedule when the
-  limit strikes, ``status=time_limit`` in the plan's meta) or less when the deadline is near.
+  20 s: a small limit, so that the plans fit the six-minute run; the MILP returns its best
+  schedule when the limit strikes, ``plan status time_limit`` in ``notes``; at full size on
+  an H200 machine it struck on resnet50 and the MLP) or less when the deadline is near.
   ``scan_layers`` runs only on models whose layers are an ``nn.scan``.  A policy that raises
   (``InfeasibleBudgetError``, ``NotApplicableError``, an out-of-memory error) leaves a row
   with the typed error text in ``error``.
@@ -34,10 +36,27 @@ Configurations, per model, in this order:
 Each model runs in its own process (``--one MODEL``, JSON rows on stdout); the parent appends
 every row to the CSV as soon as it arrives, so an interrupted run keeps what was measured.
 Each configuration is compiled once (``jax.jit(f).lower(*args).compile()``) and that
-executable is both measured and timed; timed loops run one at a time.  With ``--deadline-s``
-the parent gives each model a fair share of the time left, the child stops starting
-configurations it has no time for and the parent stops launching models (and kills a child
-that overruns); rows with ``status=skipped`` or ``killed`` say what was not measured.
+executable is both measured and timed.  In the child: (1) the reference is compiled and
+measured alone; (2) the project's policies plan in ``--plan-workers`` threads (CPU work)
+while (3) the built-ins compile, and each plan is compiled as soon as it is ready; (4) once
+no planning thread runs, every compiled step is measured, timed loops one at a time (a
+planning thread holding the GIL would delay the steps' dispatch).  ``plan_s`` and
+``compile_s`` are therefore wall times under that concurrent load; ``--plan-workers 0``
+plans one configuration after the other.  With ``--deadline-s`` the parent gives each model
+a share of the time left (weighted by :data:`WEIGHTS` at full size; what a model leaves
+unused goes to the next), the child skips what it has no time to compile and measure, and
+the parent stops launching models (and kills a child that overruns its share by a minute);
+rows with ``status=skipped`` or ``killed`` say what was not measured.
+
+Time (one H200, jax 0.11.2, this command's first version, which planned and compiled one
+configuration after the other): XLA compilation dominates, 33 s for gpt2_small's reference
+step, 13 s resnet50's, 16 s the plain transformer's (10-15 s for its built-ins), 2.5 s the
+MLP's, 2-9 s the scanned transformer's; a Checkmate plan at full size took 22-24 s (20 s
+time limit struck on resnet50 and the MLP), ``scan_layers`` and ``sqrtn`` under 1 s; a
+measurement is 12 steps of 20-190 ms.  Under ``--deadline-s 330`` that run (271 s) measured
+21 configurations, met 3 infeasible budgets and skipped 20 (of gpt2_small only the
+reference ran); all five models with every configuration need an estimated 8-12 minutes.  For the whole table, run the models in two commands
+(``--models gpt2_small,transformer`` and ``--models resnet50,mlp,flax_scan``).
 
 On CPU the child must start with ``XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander``
 (XLA:CPU otherwise undoes ``jax.checkpoint``; :data:`remat.measurement.FLAG`): the parent sets
@@ -54,13 +73,15 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
   configuration needed more than every earlier one of the same model; ``bytes_in_use_before``
   is ``bytes_in_use`` just before the timed loop (parameters, batch, reference gradients and
   the executable's outputs).
-* ``step_ms``: median of ``--steps`` timed steps after ``--warmup`` steps (each step waited
-  for); ``step_overhead``: ``step_ms / none's step_ms - 1``.
+* ``step_ms``: median of the timed steps (``steps``: how many; at least ``--steps``, after
+  ``--warmup`` untimed ones; each step waited for); ``step_overhead``: ``step_ms / none's
+  step_ms - 1``.
 * ``energy_j_per_step``: NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``
   through ``pynvml``, the ``gpu`` extra: ``nvidia-ml-py``) read before and after the timed
-  loop, divided by the steps; blank where unavailable (no GPU, no ``pynvml``, a GPU that does
-  not report it).  The counter's resolution is coarse (updates every few tens of ms), so short
-  loops are noisy.
+  loop, divided by its steps; blank where unavailable (no GPU, no ``pynvml``, a GPU that does
+  not report it).  The counter moves in coarse steps (a loop of 8 x 42 ms read 750 W on a
+  700 W card), so where it is available the timed loop runs at least ``--energy-min-s``
+  (default 1 s; at most 20 x ``--steps`` steps).
 * ``grad_rel_err``: max over gradient leaves of ``max|g - g_ref| / max|g_ref|`` (a leaf whose
   reference is all zeros, e.g. BatchNorm statistics, contributes ``max|g - g_ref|``);
   ``loss_abs_err``: ``|loss - loss_ref|``.
@@ -97,6 +118,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from experiments.bench_models import MODELS
 
@@ -121,6 +143,11 @@ FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"  # = remat.measurement.FL
 # seconds a model needs at least (start, build, reference compile and timing) for the parent
 # to launch it
 MIN_MODEL_S = {"full": 25.0, "tiny": 3.0}
+# a model's share of the time left (full size), from one H200 run (jax 0.11.2): XLA
+# compilation dominates (gpt2_small's reference step took 33 s to compile, resnet50's 13 s,
+# the transformer's 16 s, the MLP's 2.5 s, the scanned transformer's 9 s)
+WEIGHTS = {"gpt2_small": 3.0, "resnet50": 1.5, "transformer": 2.0, "mlp": 1.0,
+           "flax_scan": 1.5}
 GRACE_S = 15.0  # a child is killed at most 4 x this past its share, this past the deadline
 
 
@@ -261,8 +288,16 @@ def _ensure_backend_flags() -> None:
 
 def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets, steps: int,
             warmup: int, deadline_at: float | None, time_limit: float, emit,
-            builtins: Sequence[str] = BUILTINS) -> None:
-    """Measure every configuration of one model; ``emit(row)`` per row (child process)."""
+            builtins: Sequence[str] = BUILTINS, plan_workers: int = 4,
+            energy_min_s: float = 1.0) -> None:
+    """Measure every configuration of one model; ``emit(row)`` per row (child process).
+
+    Phases: (1) the reference is compiled and measured alone; (2) the project's policies
+    plan in ``plan_workers`` threads (CPU work) while (3) the built-ins compile; (4) each plan
+    is compiled as it is ready; (5) once no planning thread runs, every compiled step is
+    measured (gradient error, timed loop), one at a time.  ``plan_workers=0`` plans in phase
+    (4), one after the other.
+    """
     _ensure_backend_flags()
     import jax
     import jax.numpy as jnp
@@ -270,17 +305,21 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
     import policies
     import remat
     from experiments.bench_models import build
+    from remat.fidelity import RematFidelityWarning
+
+    warnings.filterwarnings("ignore", category=RematFidelityWarning)
 
     dev = jax.devices()[0]
     backend = jax.default_backend()
     base = dict(model=model_name, size=size, backend=backend, device_kind=dev.device_kind,
-                jax_version=jax.__version__, steps=steps)
+                jax_version=jax.__version__)
     try:
         kinds = {m.kind for m in dev.addressable_memories()}
     except Exception:  # noqa: BLE001
         kinds = set()
     pinned = "pinned_host" in kinds
     energy = _Energy(backend)
+    min_loop_s = energy_min_s if energy.handle is not None else 0.0
 
     def out(cfg, **kw):
         row = dict(base)
@@ -299,12 +338,12 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
     errs = _grad_errors(jax, jnp)
     ref: dict = {}
 
-    def remaining() -> float:
+    def left() -> float:
         return math.inf if deadline_at is None else deadline_at - time.time()
 
-    def measure(cfg, compiled, *, plan_s=None, extra=None):
+    def measure(cfg, compiled):
         """Memory, gradient error and the timed loop of one compiled step."""
-        row = dict(extra or {})
+        row = {}
         mem = compiled.memory_analysis()
         temp = int(mem.temp_size_in_bytes) if mem is not None else None
         row["temp_bytes"] = temp
@@ -323,123 +362,219 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
             jax.block_until_ready(compiled(*args))
         row["bytes_in_use_before"] = _memory_stats(dev).get("bytes_in_use")
         e0 = energy.read()
-        times = []
-        for _ in range(steps):
+        times: list[float] = []
+        t_loop = time.perf_counter()
+        # at least `steps` steps; on a GPU with an energy counter, at least min_loop_s of them
+        while len(times) < steps or (time.perf_counter() - t_loop < min_loop_s
+                                     and len(times) < 20 * max(steps, 1)):
             t = time.perf_counter()
             r = compiled(*args)
             jax.block_until_ready(r)
             times.append(time.perf_counter() - t)
             del r
         e1 = energy.read()
+        row["steps"] = len(times)
         row["peak_bytes_in_use"] = _memory_stats(dev).get("peak_bytes_in_use")
-        row["step_ms"] = 1e3 * statistics.median(times)
-        if e0 is not None and e1 is not None and steps:
-            row["energy_j_per_step"] = (e1 - e0) / steps
-        if "step_ms" in ref:
+        row["step_ms"] = 1e3 * statistics.median(times) if times else None
+        if e0 is not None and e1 is not None and times:
+            row["energy_j_per_step"] = (e1 - e0) / len(times)
+        if "step_ms" in ref and row["step_ms"] is not None:
             row["step_overhead"] = row["step_ms"] / ref["step_ms"] - 1.0
-        else:
+        elif row["step_ms"] is not None:
             ref["step_ms"] = row["step_ms"]
             row["step_overhead"] = 0.0
-        if plan_s is not None:
-            row["plan_s"] = plan_s
         if cfg["budget"] is not None and temp is not None and ref.get("temp"):
             row["compiled_vs_budget"] = temp / (cfg["budget"] / 100.0 * ref["temp"])
         return row
 
-    longest = 0.0  # the longest configuration so far (wall seconds), for the deadline checks
-    for i, cfg in enumerate(cfgs):
-        t_cfg = time.perf_counter()
-        left = remaining()
-        needs_plan = cfg["config"] == "remat"
-        if i > 0 and left < 1.2 * longest + (3.0 if needs_plan else 0.0):
-            out(cfg, status="skipped", error=f"deadline: {left:.0f} s left, a configuration "
-                f"took up to {longest:.0f} s")
-            continue
-        notes = [energy.note] if energy.note else []
-        partial: dict = {}  # what a failing configuration still reports
+    # ---- (1) the reference, alone
+    t0 = time.perf_counter()
+    try:
+        compiled = jax.jit(jax.value_and_grad(model.loss)).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        row = measure(cfgs[0], compiled)
+    except Exception as e:  # noqa: BLE001
+        out(cfgs[0], status="error", error=_err_text(e))
+        for rest in cfgs[1:]:
+            out(rest, status="skipped", error="the no-remat reference failed")
+        return
+    out(cfgs[0], status="ok", compile_s=compile_s, notes=energy.note, **row)
+    del compiled
+    compile_times = [compile_s]
+    step_s = ref.get("step_ms", 0.0) / 1e3
+
+    def measure_s() -> float:  # a measurement's time, generously (remat steps run longer)
+        return (warmup + 1 + steps) * 2.5 * step_s + min_loop_s + 0.5
+
+    def compile_est() -> float:  # with margin: planning threads slow compilation down
+        return 1.5 * statistics.median(compile_times)
+
+    todo = cfgs[1:]
+    ready: dict[int, tuple] = {}  # cfg index -> (compiled, row fields, notes)
+
+    def reserve(n_compile: int) -> float:
+        """Seconds to keep for ``n_compile`` more compilations and for measuring what is
+        compiled and the configuration at hand."""
+        return n_compile * compile_est() + (len(ready) + 1) * measure_s()
+
+    # ---- (2) plans in threads
+    remat_idx = [i for i, c in enumerate(cfgs) if c["config"] == "remat"]
+
+    def plan(cfg) -> dict:
+        name, b = cfg["policy"], cfg["budget"]
+        res: dict = {"notes": []}
         try:
-            if cfg["config"] == "none":
-                compiled = jax.jit(jax.value_and_grad(model.loss)).lower(*args).compile()
-                compile_s = time.perf_counter() - t_cfg
-                row = measure(cfg, compiled)
-                row["compile_s"] = compile_s
-            elif cfg["config"] == "builtin":
-                if cfg.get("skip"):
-                    out(cfg, status="skipped", error=cfg["skip"])
-                    continue
-                cp = jax.checkpoint_policies
-                pol = getattr(cp, cfg["policy"])
-                if cfg["policy"].startswith("offload"):
-                    pol = pol(offload_src="device", offload_dst="pinned_host")
-                loss_b = model.builtin_loss(pol)
-                compiled = jax.jit(jax.value_and_grad(loss_b)).lower(*args).compile()
-                compile_s = time.perf_counter() - t_cfg
-                row = measure(cfg, compiled)
-                row["compile_s"] = compile_s
-            else:
-                name, b = cfg["policy"], cfg["budget"]
-                opts = {}
-                budget = None if b is None else f"{b:g}%"
-                names = policies.option_names(name)
-                if budget is not None and "budget" in names:
-                    opts["budget"] = budget
-                tl = None
-                if "time_limit" in names:
-                    tl = time_limit
-                    if left != math.inf:  # leave time to compile and time the step
-                        tl = max(1.0, min(tl, left - 1.5 * ref.get("wall", 0.0) - 5.0))
-                    opts["time_limit"] = tl
-                pol = policies.get(name, **opts)
-                vg = remat.value_and_grad(model.loss, pol, budget=budget)
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    t0 = time.perf_counter()
-                    partial["time_limit_s"] = tl
-                    try:
-                        app = vg.applied(*args)
-                    finally:
-                        plan_s = partial["plan_s"] = time.perf_counter() - t0
-                    t1 = time.perf_counter()
-                    compiled = jax.jit(vg).lower(*args).compile()
-                    compile_s = time.perf_counter() - t1
-                notes += sorted({str(w.message)[:200] for w in caught
-                                 if "Fidelity" in type(w.message).__name__})
-                meta = dict(getattr(app.plan, "meta", {}) or {})
-                extra = dict(
-                    rounds=getattr(app, "rounds", None),
-                    compiled_temp_bytes_applied=getattr(app, "compiled_temp_bytes", None),
-                    plan_budget_bytes=meta.get("budget"),
-                    plan_peak_bytes=meta.get("peak_bytes"),
-                    predicted_residual_bytes=getattr(app, "predicted_residual_bytes", None),
-                    residual_bytes=getattr(app, "residual_bytes", None),
-                    time_limit_s=tl,
-                )
-                if meta.get("status"):
-                    notes.append(f"plan status {meta['status']}")
-                if getattr(app.plan, "microbatches", 1) not in (1, None):
-                    notes.append(f"{app.plan.microbatches} micro-batches")
-                row = measure(cfg, compiled, plan_s=plan_s, extra=extra)
-                row["compile_s"] = compile_s
-                del vg, app
-            row["status"] = "ok"
-            row["notes"] = "; ".join(n for n in notes if n)
-            out(cfg, **row)
-        except Exception as e:  # noqa: BLE001 - every failure is a row
-            if cfg["config"] == "none":
-                out(cfg, status="error", error=_err_text(e))
-                for rest in cfgs[1:]:
-                    out(rest, status="skipped", error="the no-remat reference failed")
+            budget = None if b is None else f"{b:g}%"
+            names = policies.option_names(name)
+            opts = {}
+            if budget is not None and "budget" in names:
+                opts["budget"] = budget
+            if "time_limit" in names:
+                tl = time_limit
+                lt = left()
+                if lt != math.inf:  # leave time to compile this plan and measure everything
+                    tl = max(1.0, min(tl, lt - reserve(1) - 5.0))
+                opts["time_limit"] = res["time_limit_s"] = tl
+            vg = remat.value_and_grad(model.loss, policies.get(name, **opts), budget=budget)
+            t = time.perf_counter()
+            try:
+                res["app"] = vg.applied(*args)
+            finally:
+                res["plan_s"] = time.perf_counter() - t
+            # the fidelity warnings, from the Applied object (warnings.catch_warnings is not
+            # thread-safe; the child ignores RematFidelityWarning)
+            res["notes"] += [str(w)[:200] for w in getattr(res["app"], "warnings", ())]
+            res["vg"] = vg
+        except Exception as e:  # noqa: BLE001
+            res["error"] = _err_text(e)
+        return res
+
+    pool = None
+    futures: dict[int, Any] = {}
+    if plan_workers > 0 and remat_idx:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=min(plan_workers, len(remat_idx)),
+                                  thread_name_prefix="plan")
+        futures = {i: pool.submit(plan, cfgs[i]) for i in remat_idx}
+
+    def skip(i, why):
+        out(cfgs[i], status="skipped", error=why)
+        todo.remove(cfgs[i])
+
+    # ---- (3) compile: a plan as soon as it is ready, else the next built-in (while the
+    # plans run), else wait for the next plan
+    def compile_builtin(i):
+        cfg = cfgs[i]
+        lt = left()
+        if lt < compile_est() + reserve(0):
+            skip(i, f"deadline: {lt:.0f} s left, compiling takes about {compile_est():.0f} s")
+            return
+        t = time.perf_counter()
+        try:
+            pol = getattr(jax.checkpoint_policies, cfg["policy"])
+            if cfg["policy"].startswith("offload"):
+                pol = pol(offload_src="device", offload_dst="pinned_host")
+            compiled = jax.jit(jax.value_and_grad(model.builtin_loss(pol))).lower(*args).compile()
+            c_s = time.perf_counter() - t
+            compile_times.append(c_s)
+            ready[i] = (compiled, {"compile_s": c_s}, [])
+        except Exception as e:  # noqa: BLE001
+            out(cfg, status="error", error=_err_text(e))
+            todo.remove(cfg)
+
+    def compile_remat(i):
+        cfg = cfgs[i]
+        if pool is not None:
+            lt = left()
+            wait = None if lt == math.inf else max(0.0, lt - reserve(0) - compile_est())
+            try:
+                res = futures[i].result(timeout=wait)
+            except Exception:  # noqa: BLE001 - concurrent.futures.TimeoutError
+                futures[i].cancel()
+                skip(i, f"deadline: planning had not finished with {left():.0f} s left")
                 return
-            out(cfg, status="error", error=_err_text(e), notes="; ".join(n for n in notes if n),
-                **partial)
+        else:
+            lt = left()
+            if lt < compile_est() + reserve(0) + 3.0:
+                skip(i, f"deadline: {lt:.0f} s left, compiling takes about {compile_est():.0f} s")
+                return
+            res = plan(cfg)
+        partial = {k: res.get(k) for k in ("plan_s", "time_limit_s")}
+        if "error" in res:
+            out(cfg, status="error", error=res["error"], notes="; ".join(res["notes"]), **partial)
+            todo.remove(cfg)
+            return
+        lt = left()
+        if lt < compile_est() + reserve(0):
+            skip(i, f"deadline: {lt:.0f} s left, compiling takes about {compile_est():.0f} s")
+            return
+        app, vg = res["app"], res["vg"]
+        notes = list(res["notes"])
+        meta = dict(getattr(app.plan, "meta", {}) or {})
+        if meta.get("status"):
+            notes.append(f"plan status {meta['status']}")
+        if getattr(app.plan, "microbatches", 1) not in (1, None):
+            notes.append(f"{app.plan.microbatches} micro-batches")
+        extra = dict(
+            partial,
+            rounds=getattr(app, "rounds", None),
+            compiled_temp_bytes_applied=getattr(app, "compiled_temp_bytes", None),
+            plan_budget_bytes=meta.get("budget"),
+            plan_peak_bytes=meta.get("peak_bytes"),
+            predicted_residual_bytes=getattr(app, "predicted_residual_bytes", None),
+            residual_bytes=getattr(app, "residual_bytes", None),
+        )
+        t = time.perf_counter()
+        try:
+            compiled = jax.jit(vg).lower(*args).compile()
+            extra["compile_s"] = time.perf_counter() - t
+            compile_times.append(extra["compile_s"])
+            ready[i] = (compiled, extra, notes)
+        except Exception as e:  # noqa: BLE001
+            out(cfg, status="error", error=_err_text(e), notes="; ".join(notes), **extra)
+            todo.remove(cfg)
+
+    for i, cfg in enumerate(cfgs):
+        if cfg["config"] == "builtin" and cfg.get("skip"):
+            skip(i, cfg["skip"])
+    pending_b = [i for i, c in enumerate(cfgs) if c["config"] == "builtin" and not c.get("skip")]
+    pending_r = list(remat_idx)
+    while pending_b or pending_r:
+        done_r = [i for i in pending_r if pool is not None and futures[i].done()]
+        if done_r:
+            pending_r.remove(done_r[0])
+            compile_remat(done_r[0])
+        elif pending_b:
+            compile_builtin(pending_b.pop(0))
+        else:
+            compile_remat(pending_r.pop(0))
+
+    # ---- (5) measure, one at a time, with no planning thread running
+    still = ""
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if any(f.running() for f in futures.values()):
+            still = "a planning thread given up on was still running"
+    for i, cfg in enumerate(cfgs):
+        if i not in ready:
+            continue
+        compiled, extra, notes = ready.pop(i)
+        lt = left()
+        if lt < measure_s():
+            out(cfg, status="skipped", error=f"deadline: {lt:.0f} s left to measure", **extra)
+            continue
+        try:
+            row = measure(cfg, compiled)
+            row.update(extra)
+            out(cfg, status="ok", notes="; ".join(n for n in [*notes, energy.note, still] if n),
+                **row)
+        except Exception as e:  # noqa: BLE001 - an out-of-memory step, say
+            out(cfg, status="error", error=_err_text(e), notes="; ".join(notes), **extra)
         finally:
-            compiled = None  # noqa: F841 - free the executable and its buffers
+            del compiled
             gc.collect()
-            jax.clear_caches()
-        wall = time.perf_counter() - t_cfg
-        if cfg["config"] == "none":
-            ref["wall"] = wall
-        longest = max(longest, wall)
+        todo.remove(cfg)
     ref.clear()
 
 
@@ -590,6 +725,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--time-limit", type=float, default=20.0,
                    help="seconds for a policy's time_limit option (checkmate)")
+    p.add_argument("--plan-workers", type=int, default=4,
+                   help="threads planning the project's policies while the built-ins compile "
+                        "(0: plan one after the other)")
+    p.add_argument("--energy-min-s", type=float, default=1.0,
+                   help="with an energy counter, time at least this long (more steps)")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="stop launching models / configurations after this many seconds")
     p.add_argument("--append", action="store_true", help="append to --out instead of starting it")
@@ -613,8 +753,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_one(a.one, size=a.size, policy_specs=pol_specs, budgets=budgets, steps=a.steps,
                 warmup=a.warmup, deadline_at=a.deadline_at, time_limit=a.time_limit, emit=emit,
-                builtins=builtins)
-        return 0
+                builtins=builtins, plan_workers=a.plan_workers, energy_min_s=a.energy_min_s)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # do not wait for a planning thread given up on at the deadline
 
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
@@ -623,7 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parse_policies(pol_specs, budgets)  # fail fast on unknown policy names
     rest = ["--size", a.size, "--policies", a.policies, "--budgets", a.budgets,
             "--builtins", a.builtins,
-            "--steps", str(a.steps), "--warmup", str(a.warmup), "--time-limit", str(a.time_limit)]
+            "--steps", str(a.steps), "--warmup", str(a.warmup), "--time-limit", str(a.time_limit),
+            "--plan-workers", str(a.plan_workers), "--energy-min-s", str(a.energy_min_s)]
     t0 = time.time()
     end = None if a.deadline_s is None else t0 + a.deadline_s
     sink = _Csv(Path(a.out), a.append)
@@ -644,7 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           "model not started"))
                     print(f"{m}: skipped ({left:.0f} s left)", flush=True)
                     continue
-                child_deadline = now + left / (len(models) - k)  # fair share of what is left
+                # its share of what is left (what a model leaves unused goes to the next)
+                w = [WEIGHTS.get(x, 1.0) if a.size == "full" else 1.0 for x in models[k:]]
+                child_deadline = now + left * w[0] / sum(w)
                 hard = min(end + GRACE_S, child_deadline + 4 * GRACE_S)
             run_model(m, rest, deadline_at=child_deadline, hard_deadline=hard, sink=sink.write,
                       size=a.size)
