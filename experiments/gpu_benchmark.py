@@ -11,6 +11,9 @@ Models (:mod:`experiments.bench_models`): zoo ``gpt2_small`` (batch 16, sequence
 a plain-JAX 32 x 4096 tanh MLP (batch 8192) and a Flax ``nn.scan`` transformer 12 x 1024
 (GELU); ``--size tiny`` shrinks each to a CPU-sized model (the test suite runs it).
 
+Length: the parent (deadline, one child process per model, rows appended as they come) and the
+child (compile, time, energy, gradient error per configuration) are one command's two halves.
+
 Configurations, per model, in this order:
 
 * ``none``: ``jax.jit(jax.value_and_grad(loss))``, the reference every other row is compared

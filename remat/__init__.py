@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from remat import errors
-from remat.budget import resolve_budget
+from remat.budget import Modelled, modelled, resolve_budget
 from remat.graph import Graph, Node, chain_graph, make_graph
 from remat.graph_io import load_graph
 from remat.plan import Plan
@@ -34,7 +34,7 @@ _LAZY = {
 
 __all__ = [
     "Graph", "Node", "Plan", "Report", "simulate", "load_graph", "make_graph", "chain_graph",
-    "resolve_budget", "errors", *_LAZY,
+    "resolve_budget", "modelled", "Modelled", "errors", *_LAZY,
 ]
 
 

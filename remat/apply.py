@@ -18,6 +18,14 @@ when the realisation keeps more than 10% more bytes than the plan counted):
 * paging (POET page-outs) is applied as keeping the value on the device (``remat.execute``
   runs it for real).
 
+Budgets: ``budget`` is the compiled step's temp bytes (``"50%"`` of the compiled no-remat
+step's), met by :mod:`remat.compiled_budget`'s closed loop; ``remat.modelled(spec)`` hands a
+budget on the graph's modelled peak to the policy instead.
+
+Length: the interpreter, the application of one plan and the public transforms share the
+segment walk and the per-signature plan cache; the closed loop itself lives in
+:mod:`remat.compiled_budget`.
+
 Micro-batching: with ``microbatches=k`` the batch is split along axis 0 and the
 per-micro-batch ``value_and_grad`` of the rematerialized function is accumulated with
 ``lax.scan`` (:func:`remat.microbatch.accumulate`); the plan is made on the graph extracted at
@@ -27,6 +35,7 @@ micro-batch size.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 import warnings
@@ -36,6 +45,16 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat.budget import Modelled
+from remat.compiled_budget import (
+    MAX_COMPILES,
+    budget_semantics,
+    compiled_notes,
+    fit,
+    recomputes,
+    step_temp_bytes,
+    takes_budget,
+)
 from remat.errors import ExtractionError, InvalidPlanError, RematError
 from remat.fidelity import (
     FIDELITY_RTOL,
@@ -175,6 +194,7 @@ def apply_plan(
     plan: Any = None,
     warn: bool = True,
     choose_microbatches: bool = True,
+    max_compiles: int = MAX_COMPILES,
 ) -> Applied:
     """Extract, plan and build the rematerialized version of ``fn`` at ``args``' shapes.
 
@@ -182,12 +202,22 @@ def apply_plan(
       fn: the loss function (returns a scalar, or ``(scalar, aux)`` with ``has_aux``).
       args: example arguments (arrays or ``jax.ShapeDtypeStruct``; only shapes are used).
       policy: a policy object, a registry name, or ``None`` (no remat).
+      budget: the compiled step's temp bytes (``12e9``, ``"12GiB"``, ``"50%"`` of the compiled
+        no-remat step's temp), met by the closed loop of :mod:`remat.compiled_budget`; or
+        :func:`remat.budget.modelled` ``(spec)``, handed to the policy as a budget on the graph's
+        modelled peak; ``None``: the policy's own budget option (modelled).
       graph, plan: reuse an already extracted graph / made plan (``plan`` needs ``graph``,
         extracted from ``fn`` with the same ``has_aux``).
       warn: emit a :class:`RematFidelityWarning` when the realisation is not exact.
       choose_microbatches: let the policy choose ``Plan.microbatches`` (through
         ``ctx.graph_at``); a plan of ``k`` micro-batches is then applied to the graph at
         ``1/k`` of the batch, and the caller accumulates ``k`` micro-batches.
+      max_compiles: compiles of distinct plans the closed loop may spend.
+
+    Raises:
+      InfeasibleBudgetError: no plan of the policy compiles within a compiled budget
+        (``min_feasible_bytes``: the smallest compiled temp it reached), or the policy refused a
+        modelled budget (its smallest feasible modelled budget).
     """
     t0 = time.perf_counter()
     abstract = _abstract(tuple(args))
@@ -198,32 +228,65 @@ def apply_plan(
         from remat.extraction import extract
 
         graph = extract(fn, *abstract, stages=stages, argnums=argnums, has_aux=has_aux)
-    if plan is None:
-        ctx = None
-        if choose_microbatches:
-            ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
-                                   stages=stages)
-        plan = make_plan(pol, graph, budget, ctx)
-        if plan.microbatches > 1:  # the policy chose micro-batches: its columns are graph_at(k)
+    ctx = None
+    if plan is None and choose_microbatches:
+        ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
+                               stages=stages)
+
+    def realise(p, b):
+        g, a = graph, abstract
+        if p.microbatches > 1:  # the policy chose micro-batches: its columns are graph_at(k)
             from remat.microbatch import microbatch_args
 
-            graph = ctx.graph_at(plan.microbatches)
-            abstract = _abstract(microbatch_args(abstract, argnums, plan.microbatches))
-    if plan.R.shape[1] != graph.n:
-        raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
-    prog = graph.program
-    if prog is None or prog.forward is None:
-        raise ExtractionError("the graph carries no forward program (it was not extracted)")
-    nfwd = int((~graph.is_backward_array).sum())
-    counts = plan.R.sum(axis=0)[:nfwd]
-    decisions = scan_decisions(prog, plan)
-    # a scan planner's plan runs the rest without trimming kept segments (its model counts
-    # JAX's own residuals there)
-    trim = bool(plan.meta.get("trim_segments", not decisions))
-    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
-    interp = _interpreter(prog.forward, segs, scans=decisions)
+            g = ctx.graph_at(p.microbatches) if ctx is not None else graph
+            a = _abstract(microbatch_args(abstract, argnums, p.microbatches))
+        return dataclasses.replace(_realise(g, p, a, has_aux=has_aux), abstract_args=a)
+
+    def baseline_temp():  # the forward program without checkpoints: fn's own step
+        return step_temp_bytes(_realise(graph, None, abstract, has_aux=has_aux).fn, abstract,
+                               argnums=argnums, has_aux=has_aux)
+
+    semantics, target, baseline, notes = budget_semantics(budget, plan, baseline_temp)
+    rounds: tuple = ()
+    compiled = None
+    if plan is not None:
+        app = realise(plan, None)
+    elif semantics == "compiled" and takes_budget(pol):
+        def plan_at(b):
+            return realise(make_plan(pol, graph, int(b), ctx), b)
+
+        first = int(math.ceil(target * graph.no_remat_peak() / max(baseline, 1)))
+        result = fit(plan_at, lambda a: step_temp_bytes(a.fn, a.abstract_args, argnums=argnums,
+                                                        has_aux=has_aux),
+                     target, first_budget=first, recomputes=recomputes,
+                     policy_name=repr(getattr(pol, "name", type(pol).__name__)),
+                     max_compiles=max_compiles)
+        app, rounds, compiled = result.applied, result.rounds, result.compiled_temp
+    else:
+        spec = None if semantics == "compiled" else (
+            budget.spec if isinstance(budget, Modelled) else budget)
+        app = realise(make_plan(pol, graph, spec, ctx), spec)
+    if semantics == "compiled":
+        if not rounds:
+            compiled = step_temp_bytes(app.fn, app.abstract_args, argnums=argnums, has_aux=has_aux)
+        notes += compiled_notes(app, compiled, target, baseline, rounds)
+    warns = list(app.warnings)
+    for n in notes:
+        if n.startswith("warning: "):
+            warns.append(n[len("warning: "):])
+    notes = [n[len("warning: "):] if n.startswith("warning: ") else n for n in notes]
+    if warns and warn:
+        warnings.warn(f"remat: plan of {app.plan.meta.get('policy')!r} not realised exactly: "
+                      + "; ".join(warns), RematFidelityWarning, stacklevel=3)
+    return dataclasses.replace(
+        app, plan_time_s=time.perf_counter() - t0, notes=app.notes + tuple(notes),
+        warnings=tuple(warns), budget_semantics=semantics, budget_bytes=target,
+        baseline_temp_bytes=baseline, compiled_temp_bytes=compiled, rounds=tuple(rounds))
+
+
+def _wrap(interp, abstract, out_tree) -> Callable:
+    """The interpreter as a function of ``abstract``'s pytree structure."""
     in_tree = jax.tree_util.tree_structure(tuple(abstract))
-    out_tree = prog.fwd_out_tree
 
     def remat_fn(*a):
         leaves, tree = jax.tree_util.tree_flatten(tuple(a))
@@ -231,6 +294,32 @@ def apply_plan(
             raise RematError(f"argument structure changed: {tree} vs {in_tree}")
         return jax.tree_util.tree_unflatten(out_tree, interp(*leaves))
 
+    return remat_fn
+
+
+def _realise(graph, plan, abstract, *, has_aux) -> Applied:
+    """The :class:`Applied` of ``plan`` on ``graph`` (no compile): segments, the interpreter,
+    predicted vs realised residual bytes."""
+    t0 = time.perf_counter()
+    prog = graph.program
+    if prog is None or prog.forward is None:
+        raise ExtractionError("the graph carries no forward program (it was not extracted)")
+    if plan is None:  # no checkpoints: the forward program as extracted
+        nfwd = int((~graph.is_backward_array).sum())
+        segs = plan_segments(prog.forward, prog.fwd_node, np.ones(nfwd, np.int64), trim=False)
+        return Applied(graph, None, frozenset(), segs,
+                       _wrap(_interpreter(prog.forward, segs), abstract, prog.fwd_out_tree), 0.0)
+    if plan.R.shape[1] != graph.n:
+        raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
+    nfwd = int((~graph.is_backward_array).sum())
+    counts = plan.R.sum(axis=0)[:nfwd]
+    decisions = scan_decisions(prog, plan)
+    # a scan planner's plan runs the rest without trimming kept segments (its model counts
+    # JAX's own residuals there)
+    trim = bool(plan.meta.get("trim_segments", not decisions))
+    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+    remat_fn = _wrap(_interpreter(prog.forward, segs, scans=decisions), abstract,
+                     prog.fwd_out_tree)
     dots = sum(
         1
         for sg in segs if sg.remat
@@ -242,10 +331,7 @@ def apply_plan(
     realised = realised_residual_bytes(loss_only, abstract)
     predicted = predicted_residual_bytes(graph, plan)
     notes, warns = fidelity_notes(graph, plan, segs, predicted, realised)
-    if warns and warn:
-        warnings.warn(f"remat: plan of {plan.meta.get('policy')!r} not realised exactly: "
-                      + "; ".join(warns), RematFidelityWarning, stacklevel=3)
-    decided = [d for d, _ in scan_decisions(prog, plan).values()]
+    decided = [d for d, _ in decisions.values()]
     if decided:
         from remat.scans import adjusted_graph
 

@@ -103,6 +103,17 @@ class Applied:
       predicted_flops: FLOPs of one step as the plan runs it (every node's FLOPs times how
         often the plan computes it), per micro-batch; compare with ``remat.measure``'s
         ``flops`` (XLA ``cost_analysis``).
+      budget_semantics: what the budget capped: ``"compiled"`` (the compiled step's temp bytes,
+        :mod:`remat.compiled_budget`), ``"modelled"`` (the graph's peak), ``"modelled-fallback"``
+        (a compiled budget on a compiler that undoes ``jax.checkpoint``: applied to the model,
+        with a warning) or ``"none"``.
+      budget_bytes: the compiled budget, bytes (``None`` unless compiled).
+      baseline_temp_bytes: the compiled no-remat step's temp bytes (compiled budgets only).
+      compiled_temp_bytes: this plan's compiled step's temp bytes (per micro-batch).
+      rounds: the closed loop's rounds (:class:`remat.compiled_budget.Round`), planned and
+        compiled figures of each.
+      abstract_args: the ``jax.ShapeDtypeStruct`` arguments ``fn`` was applied at (micro-batch
+        sized when micro-batching).
     """
 
     graph: Any
@@ -117,6 +128,12 @@ class Applied:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     predicted_flops: float | None = None
+    budget_semantics: str = "none"
+    budget_bytes: int | None = None
+    baseline_temp_bytes: int | None = None
+    compiled_temp_bytes: int | None = None
+    rounds: tuple = ()
+    abstract_args: tuple = ()
 
     @property
     def exact(self) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["Measurement", "measure", "residual_bytes", "step_flops", "hlo_counts", "FLAG"]
 
-FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
+from remat.compiled_budget import FLAG  # noqa: E402  (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

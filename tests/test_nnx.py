@@ -76,7 +76,7 @@ SQRTN = remat.nnx.value_and_grad(loss_fn, "sqrtn")
 
 
 @pytest.mark.parametrize("vg", [SQRTN, remat.nnx.value_and_grad(loss_fn, "checkmate",
-                                                                 budget="60%")],
+                                                                 budget=remat.modelled("60%"))],
                          ids=["sqrtn", "checkmate-60%"])
 def test_value_and_grads_equal_nnx(vg):
     m1, m2 = pair()
@@ -161,7 +161,7 @@ def test_batchnorm_and_dropout_state_written_back():
     untouched."""
     m1, m2 = pair(bn=True, drop=0.25)
     x, y = data()
-    vg = remat.nnx.value_and_grad(loss_fn, "checkmate", budget="60%")
+    vg = remat.nnx.value_and_grad(loss_fn, "checkmate", budget=remat.modelled("60%"))
     app = vg.applied(m1, x, y)
     assert app.graph.nodes[0].name == "fwd/layer0" and app.plan.R[:, 0].sum() > 1
     before = jax.tree.map(np.asarray, nnx.state(m1, nnx.Param))

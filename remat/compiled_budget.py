@@ -1,0 +1,276 @@
+"""The drop-in's budget on XLA's bytes: plan, compile, read the temp, correct, re-plan.
+
+A policy plans under a *modelled* budget (the graph's replayed peak).  What a user can act on is
+the compiled step's temporary bytes, ``memory_analysis().temp_size_in_bytes`` of
+``jax.jit(value_and_grad(f))`` on the backend that runs it.  The two differ where XLA fuses
+values away or buffers gradients its own way (3-6x on GPU transformers), so :func:`fit`
+closes the loop: with ``T`` the user's budget in compiled bytes,
+
+1. plan under the internal budget ``b_0 = T * peak_model / temp_no_remat`` (the ratio of the
+   modelled to the compiled no-remat step);
+2. lower and compile the applied plan ahead of time (nothing runs), read its temp ``t_k``;
+3. keep the best round with ``t_k <= T (1 + tol)``; stop when it uses at least
+   ``ACCEPT * T`` or recomputes nothing; otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio,
+   kept inside the bracket of internal budgets known to fit / not to fit; their geometric mean
+   when it falls outside);
+4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure); when
+   none fits, plan at the policy's smallest feasible internal budget and raise
+   :class:`~remat.errors.InfeasibleBudgetError` naming the smallest compiled temp reached.
+
+Every round is recorded (:class:`Round`).  The figures are *compiled*, not measured or
+modelled.  XLA:CPU keeps ``jax.checkpoint`` only with the ``cse_barrier_expander`` pass off on
+some JAX versions (``remat.measurement.FLAG``); :func:`keeps_checkpoint` probes the backend once
+per process, and where it does not keep it the budget cannot be steered (the caller falls back to
+the modelled budget and says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from remat.budget import Modelled, resolve_against
+from remat.errors import InfeasibleBudgetError, format_bytes
+
+__all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_temp_bytes",
+           "keeps_checkpoint", "fit"]
+
+FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
+"""The ``XLA_FLAGS`` value that keeps ``jax.checkpoint`` on XLA:CPU (set before JAX starts)."""
+TOLERANCE = 0.05
+"""A round fits when its compiled temp is at most the budget times ``1 + TOLERANCE``."""
+ACCEPT = 0.9
+"""The loop stops at a fitting round that uses at least this fraction of the budget."""
+MAX_COMPILES = 4
+"""Compiles of distinct plans per fit (the no-remat baseline not counted)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One round of the closed loop.
+
+    Attributes:
+      internal_budget: the modelled budget the policy planned under, bytes.
+      planned_peak: the plan's modelled peak (``plan.meta["peak"]``), bytes, or ``None``.
+      compiled_temp: the compiled step's temp bytes; ``None`` when the policy refused the
+        internal budget (``note`` says why).
+      reused: the plan equals an earlier round's, whose compiled figure is reused (no compile).
+      note: the policy's typed error at this budget, if any.
+    """
+
+    internal_budget: int
+    planned_peak: int | None
+    compiled_temp: int | None
+    reused: bool = False
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The outcome of :func:`fit`: the chosen round's applied object and every round."""
+
+    applied: Any
+    compiled_temp: int
+    rounds: tuple[Round, ...]
+    compiles: int
+
+
+def temp_bytes(compiled) -> int:
+    """``memory_analysis().temp_size_in_bytes`` of a compiled executable."""
+    return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def step_temp_bytes(fn: Callable, abstract: Sequence[Any], *, argnums: int | Sequence[int] = 0,
+                    has_aux: bool = False) -> int:
+    """Compiled temp bytes of ``jax.jit(jax.value_and_grad(fn, argnums, has_aux))`` at the
+    abstract arguments (lowered and compiled ahead of time; nothing runs)."""
+    step = jax.jit(jax.value_and_grad(fn, argnums=argnums, has_aux=has_aux))
+    return temp_bytes(step.lower(*abstract).compile())
+
+
+@functools.cache
+def keeps_checkpoint(platform: str | None = None) -> bool:
+    """Whether the backend's compiler keeps ``jax.checkpoint``'s recomputation (probed once per
+    process): a 16-layer tanh chain checkpointed in 4 segments must compile to at most 0.8x the
+    temp of the plain chain."""
+    dev = jax.devices(platform)[0] if platform else jax.devices()[0]
+
+    def chain(ws, x, segments):
+        per = len(ws) // segments
+
+        def seg(ws_, h):
+            for w in ws_:
+                h = jnp.tanh(h @ w)
+            return h
+
+        for s in range(segments):
+            part = ws[s * per:(s + 1) * per]
+            h = jax.checkpoint(seg)(part, x) if segments > 1 else seg(part, x)
+            x = h
+        return jnp.sum(x * x)
+
+    ws = [jax.ShapeDtypeStruct((128, 128), jnp.float32)] * 16
+    x = jax.ShapeDtypeStruct((256, 128), jnp.float32)
+    with jax.default_device(dev):
+        plain = step_temp_bytes(lambda w, h: chain(w, h, 1), (ws, x))
+        seg = step_temp_bytes(lambda w, h: chain(w, h, 4), (ws, x))
+    return seg <= 0.8 * plain
+
+
+def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: int, *,
+        first_budget: int, recomputes: Callable[[Any], bool], policy_name: str = "the policy",
+        max_compiles: int = MAX_COMPILES, tolerance: float = TOLERANCE,
+        accept: float = ACCEPT) -> Fit:
+    """The closed loop (module docstring).
+
+    Args:
+      plan_at: ``plan_at(b)`` -> an applied plan made under the modelled budget ``b`` bytes;
+        raises :class:`InfeasibleBudgetError` (``min_feasible_bytes`` modelled) below the
+        policy's smallest feasible budget.  Its result has ``.plan`` (``plan.R``, ``plan.meta``).
+      temp_of: compiled temp bytes of an applied plan's step.
+      target: the user's budget ``T``, compiled temp bytes.
+      first_budget: ``b_0``, modelled bytes.
+      recomputes: whether an applied plan recomputes anything (a fitting plan that does not
+        needs no larger budget).
+
+    Raises:
+      InfeasibleBudgetError: no plan compiled within ``T (1 + tolerance)``; ``min_feasible_bytes``
+        is the smallest compiled temp reached (at the policy's smallest feasible budget).
+    """
+    limit = target * (1 + tolerance)
+    rounds: list[Round] = []
+    seen: dict[bytes, int] = {}
+    best, best_t = None, -1
+    lo, hi = 0, math.inf  # internal budgets known to fit / not to fit
+    compiles = 0
+    tried_min = False
+    b = max(int(first_budget), 0)
+    for _ in range(3 * max_compiles + 2):  # planning refusals cost no compile
+        try:
+            app = plan_at(b)
+        except InfeasibleBudgetError as e:
+            rounds.append(Round(b, None, None, note=str(e)))
+            if tried_min or e.min_feasible_bytes <= b:
+                break
+            b, tried_min = int(math.ceil(e.min_feasible_bytes)), True
+            continue
+        key = np.asarray(app.plan.R).tobytes() + bytes(str(app.plan.microbatches), "ascii")
+        peak = app.plan.meta.get("peak_bytes")
+        if key in seen:
+            t = seen[key]
+            rounds.append(Round(b, peak, t, reused=True))
+        else:
+            if compiles >= max_compiles:
+                break
+            t = int(temp_of(app))
+            compiles += 1
+            seen[key] = t
+            rounds.append(Round(b, peak, t))
+        if t <= limit:
+            lo = max(lo, b)
+            if t > best_t:
+                best, best_t = app, t
+            if t >= accept * target or not recomputes(app):
+                break
+        else:
+            hi = min(hi, b)
+        nxt = int(b * target / max(t, 1))
+        if not lo < nxt < hi:
+            nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
+        if nxt == b or (rounds[-1].reused and nxt in {r.internal_budget for r in rounds}):
+            if best is not None or tried_min:
+                break
+            nxt = 0  # nothing fits yet: go to the policy's smallest budget
+        b = nxt
+    if best is None and not tried_min and compiles < max_compiles + 1:
+        # the smallest compiled temp this policy reaches: plan at its smallest feasible budget
+        try:
+            app = plan_at(0)
+        except InfeasibleBudgetError as e:
+            rounds.append(Round(0, None, None, note=str(e)))
+            try:
+                app = plan_at(int(math.ceil(e.min_feasible_bytes)))
+            except InfeasibleBudgetError as e2:
+                rounds.append(Round(int(e.min_feasible_bytes), None, None, note=str(e2)))
+                app = None
+        if app is not None:
+            key = np.asarray(app.plan.R).tobytes() + bytes(str(app.plan.microbatches), "ascii")
+            t = seen.get(key)
+            if t is None:
+                t = int(temp_of(app))
+                compiles += 1
+            rounds.append(Round(int(app.plan.meta.get("budget") or 0), app.plan.meta.get("peak_bytes"),
+                                t, reused=key in seen))
+            if t <= limit:
+                best, best_t = app, t
+    if best is None:
+        reached = [r.compiled_temp for r in rounds if r.compiled_temp is not None]
+        if not reached:  # the policy refused every internal budget: its own error says why
+            raise InfeasibleBudgetError(target, math.inf, f"{policy_name} refused every internal "
+                                        f"budget: {rounds[-1].note if rounds else ''}")
+        smallest = min(reached)
+        raise InfeasibleBudgetError(
+            target, smallest,
+            f"the compiled step's temp; {policy_name} reached {format_bytes(smallest)} at its "
+            f"smallest feasible plan after {compiles} compile(s)")
+    return Fit(best, best_t, tuple(rounds), compiles)
+
+
+def takes_budget(pol) -> bool:
+    """Whether ``pol`` has a ``budget`` option (a policy dataclass field)."""
+    return dataclasses.is_dataclass(pol) and any(f.name == "budget"
+                                                for f in dataclasses.fields(pol))
+
+
+def recomputes(app) -> bool:
+    """Whether an applied plan computes some forward value twice or decides a scan."""
+    return bool((np.asarray(app.plan.R).sum(axis=0) >= 2).any() or app.plan.meta.get("scans"))
+
+
+def budget_semantics(budget, plan, baseline_temp: Callable[[], int]):
+    """``(semantics, target bytes, baseline temp bytes, notes)`` of a drop-in budget:
+    ``"compiled"`` (bytes of the compiled step; ``baseline_temp()`` compiles the no-remat step),
+    ``"modelled"`` (the graph's peak: a :class:`~remat.budget.Modelled` budget, or none given and
+    the policy's own), ``"modelled-fallback"`` (the compiler undoes ``jax.checkpoint``) or
+    ``"none"`` (a plan was given)."""
+    if plan is not None:
+        return "none", None, None, []
+    if budget is None or isinstance(budget, Modelled):
+        return "modelled", None, None, []
+    platform = jax.default_backend()
+    if not keeps_checkpoint(platform):
+        msg = (f"warning: the {platform} compiler undoes jax.checkpoint here (XLA:CPU needs "
+               f"XLA_FLAGS={FLAG} before JAX starts), so the budget {budget!r} is applied to the "
+               "graph's modelled peak, not to the compiled step's bytes")
+        return "modelled-fallback", None, None, [msg]
+    baseline = int(baseline_temp())
+    return "compiled", resolve_against(budget, baseline), baseline, []
+
+
+def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
+    """What the compiled figures say: a plan over the budget, a plan that keeps less than it
+    may, a predicted saving the compiled step does not show (``"warning: "`` prefixed)."""
+    notes = []
+    if rounds:
+        notes.append(f"closed loop: {len(rounds)} round(s), compiled temp "
+                     f"{format_bytes(compiled)} for a budget of {format_bytes(target)} "
+                     f"(no remat {format_bytes(baseline)})")
+    if target is not None and compiled > target * (1 + TOLERANCE):
+        notes.append(f"warning: the plan compiles to {format_bytes(compiled)} of temp, over the "
+                     f"budget {format_bytes(target)} (this policy takes no budget)")
+    elif target is not None and recomputes(app) and compiled < 0.6 * target:
+        notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: "
+                     f"{getattr(app.plan, 'meta', {}).get('policy')} found no plan between "
+                     "it and the budget within the closed loop's compiles")
+    if recomputes(app) and compiled >= (1 - TOLERANCE) * baseline:
+        notes.append(f"warning: the plan recomputes but its compiled temp "
+                     f"{format_bytes(compiled)} saves nothing against the no-remat step's "
+                     f"{format_bytes(baseline)}")
+    return notes
