@@ -409,7 +409,8 @@ def execute(
         for i in list(live):
             v = live.pop(i)
             if isinstance(v, _Pending):
-                v = v.future.result() if v.future.done() and v.future.exception() is None else ()
+                f = v.future
+                v = f.result() if f.done() and not f.cancelled() and f.exception() is None else ()
             _free(v)
         if gc_was:
             gc.enable()
