@@ -265,10 +265,13 @@ def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
     if target is not None and compiled > target * (1 + TOLERANCE):
         notes.append(f"warning: the plan compiles to {format_bytes(compiled)} of temp, over the "
                      f"budget {format_bytes(target)} (this policy takes no budget)")
-    elif target is not None and recomputes(app) and compiled < 0.6 * target:
-        notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: "
-                     f"{getattr(app.plan, 'meta', {}).get('policy')} found no plan between "
-                     "it and the budget within the closed loop's compiles")
+    elif target is not None and compiled < 0.6 * target:
+        why = (f"{getattr(app.plan, 'meta', {}).get('policy')} found no plan between it and "
+               "the budget within the closed loop's compiles") if recomputes(app) else (
+            "the plan keeps every stage output, and the drop-in recomputes the cheap work inside "
+            "kept stages (segment trimming), so even keeping everything compiles below the "
+            "budget; keeping values inside stages is an op-level choice stage plans cannot make")
+        notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: {why}")
     if recomputes(app) and compiled >= (1 - TOLERANCE) * baseline:
         notes.append(f"warning: the plan recomputes but its compiled temp "
                      f"{format_bytes(compiled)} saves nothing against the no-remat step's "
