@@ -65,9 +65,9 @@ from remat.fidelity import (
     realised_residual_bytes,
     scan_decisions,
 )
-from remat.frontend import Lit, bind
+from remat.interpreter import as_function, interpreter
 from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
-from remat.segments import Segment, plan_segments, walk
+from remat.segments import Segment, plan_segments
 
 __all__ = [
     "value_and_grad",
@@ -87,81 +87,6 @@ __all__ = [
 ]
 
 _CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated"})
-
-
-# --------------------------------------------------------------------------- the interpreter
-def _io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
-    """Per checkpointed segment: (input value ids read from before it, output ids read after
-    it)."""
-    last: dict[int, int] = {}
-    for k, e in enumerate(eqns):
-        for r in e.ins:
-            if not isinstance(r, Lit):
-                last[r] = k
-    for r in out_refs:
-        if not isinstance(r, Lit):
-            last[r] = len(eqns)
-    io = {}
-    for s in walk(segs):
-        if not s.remat:
-            continue
-        produced, needed = set(), []
-        for e in eqns[s.start:s.stop]:
-            for r in e.ins:
-                if not isinstance(r, Lit) and r not in produced and r not in consts \
-                        and r not in needed:
-                    needed.append(r)
-            produced.update(e.outs)
-        outs = sorted(o for o in produced if last.get(o, -1) >= s.stop)
-        io[(s.start, s.stop, s.level)] = (tuple(needed), tuple(outs))
-    return io
-
-
-def _interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
-                 prevent_cse: bool = True) -> Callable:
-    """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``; scan
-    equations with a decision in ``scans`` (leaf -> ``(ScanDecision, ScanBody)``) are bound
-    by :func:`remat.scans.bind_scan`."""
-    from remat.scans import bind_scan
-
-    scans = scans or {}
-    eqns = forward.eqns
-    consts = forward.const_env()
-    io = _io(eqns, segs, forward.out_refs, set(consts))
-    nothing = jax.checkpoint_policies.nothing_saveable
-
-    def run(seg_list, env):
-        for s in seg_list:
-            if s.remat:
-                ins, outs = io[(s.start, s.stop, s.level)]
-
-                def body(*vals, _s=s, _ins=ins, _outs=outs):
-                    senv = dict(consts)
-                    senv.update(zip(_ins, vals))
-                    run(_s.children, senv)
-                    return tuple(senv[o] for o in _outs)
-
-                res = jax.checkpoint(body, policy=nothing, prevent_cse=prevent_cse)(
-                    *(env[i] for i in ins))
-                env.update(zip(outs, res))
-                continue
-            for k in range(s.start, s.stop):
-                e = eqns[k]
-                ins = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
-                if k in scans:
-                    dec, body = scans[k]
-                    vals = bind_scan(e, ins, dec, k, body=body)
-                else:
-                    vals = bind(e, ins, relative=True)
-                env.update(zip(e.outs, vals))
-
-    def fun(*flat_args):
-        env = dict(consts)
-        env.update(zip(forward.arg_ids, flat_args))
-        run(segs, env)
-        return [r.val if isinstance(r, Lit) else env[r] for r in forward.out_refs]
-
-    return fun
 
 
 def _abstract(args):
@@ -284,19 +209,6 @@ def apply_plan(
         baseline_temp_bytes=baseline, compiled_temp_bytes=compiled, rounds=tuple(rounds))
 
 
-def _wrap(interp, abstract, out_tree) -> Callable:
-    """The interpreter as a function of ``abstract``'s pytree structure."""
-    in_tree = jax.tree_util.tree_structure(tuple(abstract))
-
-    def remat_fn(*a):
-        leaves, tree = jax.tree_util.tree_flatten(tuple(a))
-        if tree != in_tree:
-            raise RematError(f"argument structure changed: {tree} vs {in_tree}")
-        return jax.tree_util.tree_unflatten(out_tree, interp(*leaves))
-
-    return remat_fn
-
-
 def _realise(graph, plan, abstract, *, has_aux) -> Applied:
     """The :class:`Applied` of ``plan`` on ``graph`` (no compile): segments, the interpreter,
     predicted vs realised residual bytes."""
@@ -308,7 +220,7 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
         nfwd = int((~graph.is_backward_array).sum())
         segs = plan_segments(prog.forward, prog.fwd_node, np.ones(nfwd, np.int64), trim=False)
         return Applied(graph, None, frozenset(), segs,
-                       _wrap(_interpreter(prog.forward, segs), abstract, prog.fwd_out_tree), 0.0)
+                       as_function(interpreter(prog.forward, segs), abstract, prog.fwd_out_tree), 0.0)
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
     nfwd = int((~graph.is_backward_array).sum())
@@ -318,8 +230,8 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
     # JAX's own residuals there)
     trim = bool(plan.meta.get("trim_segments", not decisions))
     segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
-    remat_fn = _wrap(_interpreter(prog.forward, segs, scans=decisions), abstract,
-                     prog.fwd_out_tree)
+    remat_fn = as_function(interpreter(prog.forward, segs, scans=decisions), abstract,
+                           prog.fwd_out_tree)
     dots = sum(
         1
         for sg in segs if sg.remat

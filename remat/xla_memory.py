@@ -74,8 +74,10 @@ import jax
 import numpy as np
 
 from remat import _jax_compat as compat
+from remat.errors import ExtractionError, InvalidPlanError
 from remat.flops import ELEMENTWISE
-from remat.frontend import INLINE_ALL, Lit, aval_bytes, is_transpose
+from remat.frontend import INLINE_ALL, aval_bytes, is_transpose
+from remat.interpreter import plan_function
 
 __all__ = ["predict_temp_bytes", "predict_step_temp_bytes", "temp_breakdown", "TempReport",
            "Rules", "RULES", "xnnpack_reductions"]
@@ -738,82 +740,6 @@ def predict_step_temp_bytes(fn: Callable, *args: Any, argnums: int | Sequence[in
     return res
 
 
-def _applied_fn(graph, plan) -> Callable:
-    """The forward function the drop-in runs for ``plan`` (:func:`remat.apply.apply_plan`):
-    the forward program re-evaluated with the plan's ``jax.checkpoint`` segments."""
-    from remat.fidelity import scan_decisions
-    from remat.frontend import bind
-    from remat.scans import bind_scan
-    from remat.segments import plan_segments, walk
-
-    prog = graph.program
-    fwd = prog.forward
-    nfwd = int((~graph.is_backward_array).sum())
-    counts = plan.R.sum(axis=0)[:nfwd]
-    decisions = scan_decisions(prog, plan)
-    trim = bool(plan.meta.get("trim_segments", not decisions))
-    segs = plan_segments(fwd, prog.fwd_node, counts, trim=trim)
-    eqns = fwd.eqns
-    consts = fwd.const_env()
-    last: dict[int, int] = {}
-    for k, e in enumerate(eqns):
-        for r in e.ins:
-            if not isinstance(r, Lit):
-                last[r] = k
-    for r in fwd.out_refs:
-        if not isinstance(r, Lit):
-            last[r] = len(eqns)
-    io = {}
-    for s in walk(segs):
-        if not s.remat:
-            continue
-        produced: set = set()
-        needed: list = []
-        for e in eqns[s.start:s.stop]:
-            for r in e.ins:
-                if not isinstance(r, Lit) and r not in produced and r not in consts \
-                        and r not in needed:
-                    needed.append(r)
-            produced.update(e.outs)
-        outs = sorted(o for o in produced if last.get(o, -1) >= s.stop)
-        io[(s.start, s.stop, s.level)] = (tuple(needed), tuple(outs))
-    nothing = jax.checkpoint_policies.nothing_saveable
-
-    def run(seg_list, env):
-        for s in seg_list:
-            if s.remat:
-                ins, outs = io[(s.start, s.stop, s.level)]
-
-                def body(*vals, _s=s, _ins=ins, _outs=outs):
-                    senv = dict(consts)
-                    senv.update(zip(_ins, vals))
-                    run(_s.children, senv)
-                    return tuple(senv[o] for o in _outs)
-
-                res = jax.checkpoint(body, policy=nothing, prevent_cse=True)(
-                    *(env[i] for i in ins))
-                env.update(zip(outs, res))
-                continue
-            for k in range(s.start, s.stop):
-                e = eqns[k]
-                vals = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
-                if k in decisions:
-                    dec, sb = decisions[k]
-                    out = bind_scan(e, vals, dec, k, body=sb)
-                else:
-                    out = bind(e, vals)
-                env.update(zip(e.outs, out))
-
-    def fun(*args):
-        env = dict(consts)
-        env.update(zip(fwd.arg_ids, jax.tree_util.tree_leaves(args)))
-        run(segs, env)
-        res = [r.val if isinstance(r, Lit) else env[r] for r in fwd.out_refs]
-        return jax.tree_util.tree_unflatten(prog.fwd_out_tree, res)
-
-    return fun
-
-
 def temp_breakdown(graph, plan=None, *, fn: Callable | None = None,
                    rules: Rules = RULES) -> TempReport:
     """:func:`predict_temp_bytes` with what it found (:class:`TempReport`): the peak of live
@@ -830,7 +756,7 @@ def predict_temp_bytes(graph, plan=None, *, fn: Callable | None = None,
 
     Args:
       graph: a graph from :func:`remat.extract` (it carries the program; loaded graphs have no
-        program and raise ``ValueError``).
+        program and raise :class:`~remat.errors.ExtractionError`).
       plan: a plan for ``graph``; ``None``: no rematerialization (plain
         ``jax.value_and_grad``).
       fn: the rematerialized forward function when the caller already has it
@@ -848,12 +774,12 @@ def predict_temp_bytes(graph, plan=None, *, fn: Callable | None = None,
 def _predict(graph, plan, fn, rules, detail):
     prog = getattr(graph, "program", None)
     if prog is None or getattr(prog, "forward", None) is None:
-        raise ValueError("predict_temp_bytes needs a graph from remat.extract (it carries the "
+        raise ExtractionError("predict_temp_bytes needs a graph from remat.extract (it carries the "
                          "program); loaded graphs have none")
     if plan is not None and plan.R.shape[1] != graph.n:
-        raise ValueError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
+        raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
     if fn is None:
-        fn = prog.fn if plan is None else _applied_fn(graph, plan)
+        fn = prog.fn if plan is None else plan_function(graph, plan)
     args = prog.arg_shapes
     k = 1 if plan is None else int(plan.microbatches)
     if k > 1:

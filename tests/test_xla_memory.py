@@ -132,8 +132,8 @@ def test_contract_tiny_and_abstract_arguments():
 def test_contract_rejects_loaded_graphs_and_foreign_plans():
     loss, ws, x = _mlp()
     g = remat.extract(loss, ws, x)
-    with pytest.raises(ValueError, match="program"):
+    with pytest.raises(remat.errors.ExtractionError, match="program"):
         xla_memory.predict_temp_bytes(chain_graph(4), None)
     other = remat.extract(*_mlp(L=3)[:1], *_mlp(L=3)[1:])
-    with pytest.raises(ValueError, match="columns"):
+    with pytest.raises(remat.errors.InvalidPlanError, match="columns"):
         xla_memory.predict_temp_bytes(g, policies.checkpoint_all_plan(other))

@@ -1,0 +1,117 @@
+"""The drop-in's interpreter: a forward program re-evaluated with a plan's ``jax.checkpoint``
+segments (:mod:`remat.segments`), scan equations bound by their decisions
+(:func:`remat.scans.bind_scan`).  Used by :mod:`remat.apply` and :mod:`remat.xla_memory`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from remat.errors import RematError
+from remat.fidelity import scan_decisions
+from remat.frontend import Lit, bind
+from remat.scans import bind_scan
+from remat.segments import Segment, plan_segments, walk
+
+__all__ = ["segment_io", "interpreter", "as_function", "plan_function"]
+
+
+def segment_io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
+    """Per checkpointed segment: (input value ids read from before it, output ids read after
+    it)."""
+    last: dict[int, int] = {}
+    for k, e in enumerate(eqns):
+        for r in e.ins:
+            if not isinstance(r, Lit):
+                last[r] = k
+    for r in out_refs:
+        if not isinstance(r, Lit):
+            last[r] = len(eqns)
+    io = {}
+    for s in walk(segs):
+        if not s.remat:
+            continue
+        produced, needed = set(), []
+        for e in eqns[s.start:s.stop]:
+            for r in e.ins:
+                if not isinstance(r, Lit) and r not in produced and r not in consts \
+                        and r not in needed:
+                    needed.append(r)
+            produced.update(e.outs)
+        outs = sorted(o for o in produced if last.get(o, -1) >= s.stop)
+        io[(s.start, s.stop, s.level)] = (tuple(needed), tuple(outs))
+    return io
+
+
+def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
+                 prevent_cse: bool = True) -> Callable:
+    """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``; scan
+    equations with a decision in ``scans`` (leaf -> ``(ScanDecision, ScanBody)``) are bound
+    by :func:`remat.scans.bind_scan`."""
+    scans = scans or {}
+    eqns = forward.eqns
+    consts = forward.const_env()
+    io = segment_io(eqns, segs, forward.out_refs, set(consts))
+    nothing = jax.checkpoint_policies.nothing_saveable
+
+    def run(seg_list, env):
+        for s in seg_list:
+            if s.remat:
+                ins, outs = io[(s.start, s.stop, s.level)]
+
+                def body(*vals, _s=s, _ins=ins, _outs=outs):
+                    senv = dict(consts)
+                    senv.update(zip(_ins, vals))
+                    run(_s.children, senv)
+                    return tuple(senv[o] for o in _outs)
+
+                res = jax.checkpoint(body, policy=nothing, prevent_cse=prevent_cse)(
+                    *(env[i] for i in ins))
+                env.update(zip(outs, res))
+                continue
+            for k in range(s.start, s.stop):
+                e = eqns[k]
+                ins = [r.val if isinstance(r, Lit) else env[r] for r in e.ins]
+                if k in scans:
+                    dec, body = scans[k]
+                    vals = bind_scan(e, ins, dec, k, body=body)
+                else:
+                    vals = bind(e, ins, relative=True)
+                env.update(zip(e.outs, vals))
+
+    def fun(*flat_args):
+        env = dict(consts)
+        env.update(zip(forward.arg_ids, flat_args))
+        run(segs, env)
+        return [r.val if isinstance(r, Lit) else env[r] for r in forward.out_refs]
+
+    return fun
+
+
+def as_function(interp, abstract, out_tree) -> Callable:
+    """The interpreter as a function of ``abstract``'s pytree structure."""
+    in_tree = jax.tree_util.tree_structure(tuple(abstract))
+
+    def remat_fn(*a):
+        leaves, tree = jax.tree_util.tree_flatten(tuple(a))
+        if tree != in_tree:
+            raise RematError(f"argument structure changed: {tree} vs {in_tree}")
+        return jax.tree_util.tree_unflatten(out_tree, interp(*leaves))
+
+    return remat_fn
+
+
+def plan_function(graph, plan) -> Callable:
+    """The forward function the drop-in runs for ``plan`` on ``graph`` (extracted): the forward
+    program with the plan's segments, a function of the extraction's argument structure."""
+    prog = graph.program
+    nfwd = int((~graph.is_backward_array).sum())
+    counts = np.asarray(plan.R).sum(axis=0)[:nfwd]
+    decisions = scan_decisions(prog, plan)
+    trim = bool(plan.meta.get("trim_segments", not decisions))
+    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+    return as_function(interpreter(prog.forward, segs, scans=decisions), prog.arg_shapes,
+                       prog.fwd_out_tree)
