@@ -19,7 +19,7 @@ import remat
 from remat.budget import Modelled, parse_budget, resolve_against
 from remat.compiled_budget import fit
 from remat.errors import BudgetFormatError, InfeasibleBudgetError
-from tests.xla_subprocess import run_json
+from xla_subprocess import run_json
 
 
 # --------------------------------------------------------------------------- budget specs
