@@ -7,8 +7,8 @@ import dataclasses
 
 from policies import BasePolicy, register
 from policies.from_checkpoints import plan_from_checkpoints
-from remat.errors import InfeasibleBudgetError
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.schedule import replay
 
 
 @register("every_kth")

@@ -53,7 +53,7 @@ def chain(L: int, sizes: str):
 def run_method(g, B: int, method: str, exact_gib: float) -> dict | None:
     """One row's measurements (``None`` when the exact table would exceed ``exact_gib``)."""
     from policies.chain_dp import ChainDP, chain_problem
-    from remat.schedule import replay
+    from remat.core.schedule import replay
     from solvers.chain_dp import _units, solve_chain
     from solvers.pebbling_search import prune_recomputation, sequence_live_bytes
 

@@ -63,7 +63,7 @@ def _warm_up() -> float:
 def main(argv=None) -> None:
     import remat
     from policies.chain_dp import ChainDP
-    from remat.errors import InfeasibleBudgetError
+    from remat.core.errors import InfeasibleBudgetError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")

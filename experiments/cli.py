@@ -43,7 +43,7 @@ def load_plugin(spec: str) -> None:
     import importlib
     import importlib.util
 
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     if spec.endswith(".py"):
         name = "remat_plugin_" + os.path.splitext(os.path.basename(spec))[0]
@@ -68,7 +68,7 @@ def _make_policy(name: str, time_limit: float):
 
 
 def _fmt_bytes(n) -> str:
-    from remat.errors import format_bytes
+    from remat.core.errors import format_bytes
 
     return "" if n in (None, "") else format_bytes(float(n))
 
@@ -124,7 +124,7 @@ def cmd_inspect(args) -> int:
                    if r.get("status") == "infeasible" else (r.get("error") or "")[:70])
             print(f"  {r['policy']:16} no timeline ({r.get('status', '')}: {why})")
     if not reports:
-        from remat.errors import RematError
+        from remat.core.errors import RematError
 
         raise RematError(f"no policy of {', '.join(names)} made a plan at budget {args.budget}")
     _plot_timelines(reports, rows, g, args.timeline)
@@ -469,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if getattr(args, "cmd", None) == "compare" and args.plot is None:
         args.plot = f"compare_{os.path.basename(args.model).split('.')[0]}.png"
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     try:
         for plug in getattr(args, "plugin", ()):

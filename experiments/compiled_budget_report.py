@@ -40,7 +40,7 @@ def _row(name, pol_name, pct, loss, params, batch, ref):
 
     import policies
     import remat
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     pol = (policies.get("checkmate", time_limit=20.0) if pol_name == "checkmate"
            else policies.get(pol_name))

@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     import remat
     from experiments.cli import DEFAULT_BATCH
     from experiments.tables import write_rows
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=None, help="zoo names (default: all)")

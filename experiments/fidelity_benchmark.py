@@ -106,7 +106,7 @@ def run_model(name, policies_, budgets, done, writer, fh):
 
     import remat
     from remat.apply import apply_plan
-    from remat.errors import (
+    from remat.core.errors import (
         InfeasibleBudgetError,
         NotApplicableError,
         RematError,

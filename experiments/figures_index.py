@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from remat.errors import RematError
+from remat.core.errors import RematError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 XLA_FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"

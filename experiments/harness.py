@@ -14,7 +14,7 @@ cluster, a local one when ``address`` is ``None``); each task builds its policy 
 ``threads`` (default 1) and ``time_limit``, each worker builds each model once (a per-process
 cache), and rows are written to the same table as tasks complete.  Ray and pyarrow are the
 optional extra ``[cluster]`` and are imported only when asked for
-(:class:`remat.errors.MissingDependencyError` otherwise).
+(:class:`remat.core.errors.MissingDependencyError` otherwise).
 
 Columns (:data:`FIELDS`; bytes are activation bytes, parameters excluded; times in seconds of
 the device model, or the graph's own cost units without a device; energy in joules):
@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from remat.errors import (
+from remat.core.errors import (
     InfeasibleBudgetError,
     MissingDependencyError,
     NotApplicableError,

@@ -34,8 +34,8 @@ def main(argv=None) -> None:
     import remat
     from experiments.tables import write_rows
     from policies.checkmate import Checkmate
-    from remat.errors import RematError
-    from remat.graph_io import load_graph
+    from remat.core.errors import RematError
+    from remat.core.graph_io import load_graph
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", nargs="+", default=["ResNet50", "n100"],

@@ -236,7 +236,7 @@ def run_model(name, writer, fh, plans_out=None):
     import remat
     from remat import xla_memory
     from remat.apply import apply_plan
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     loss, params, batch = MODELS[name]()
     args = (params, batch)

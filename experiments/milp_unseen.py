@@ -79,7 +79,7 @@ def load_instance(path: str | pathlib.Path, budget: str = "30%"):
     heuristics start it here)."""
     import math
 
-    from remat.errors import BudgetFormatError
+    from remat.core.errors import BudgetFormatError
     from solvers.checkmate import CheckmateProblem
 
     try:

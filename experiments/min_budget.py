@@ -50,7 +50,7 @@ def smallest_budget(graph, *, probe_time: float, probe_states: int) -> dict:
       RematError: ``probe_time <= 0`` or ``probe_states < 1`` (from :func:`decide`).
       SolverError: no witness at the no-remat peak (the limits are too small).
     """
-    from remat.errors import SolverError
+    from remat.core.errors import SolverError
     from solvers.bounds import frontier_lower_bound
     from solvers.pebbling_search import decide, prune_recomputation
 
@@ -97,7 +97,7 @@ def smallest_budget(graph, *, probe_time: float, probe_states: int) -> dict:
 
 
 def main(argv=None) -> None:
-    from remat.graph_io import load_graph
+    from remat.core.graph_io import load_graph
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench-dir", type=Path, default=GRAPHS)

@@ -78,7 +78,7 @@ def memory_floor(preds, sizes, lo: int, hi: int, *, proof_time: float, steps: in
       BudgetFormatError: ``lo``/``hi`` not integers with ``-1 <= lo < hi``.
       RematError: ``proof_time <= 0`` or ``steps < 0``.
     """
-    from remat.errors import BudgetFormatError, RematError
+    from remat.core.errors import BudgetFormatError, RematError
     from solvers.pebbling_bound import prove_infeasible
 
     if int(lo) != lo or int(hi) != hi or not -1 <= lo < hi:
@@ -109,7 +109,7 @@ def program_order_lp(graph, budget: int, time_limit: float) -> tuple[str, float,
     """
     import dataclasses
 
-    from remat.errors import BudgetFormatError, RematError, SolverTimeoutError
+    from remat.core.errors import BudgetFormatError, RematError, SolverTimeoutError
 
     if int(budget) != budget or budget < 0:
         raise BudgetFormatError(f"budget must be non-negative integer bytes, got {budget!r}")
@@ -143,10 +143,10 @@ def shaved_peak(graph, budget: int, orders: int, *, time_limit: float = 20.0
     ``max(32, 4 * orders)`` restarts; more than the ``peak_shave`` policy's 3, whose result the
     benchmark rows hold).  Returns ``(peak, source, order, steps)``: the order (graph node
     indices) and the frontier-form steps of the relabelled graph that reach it, or ``None``s
-    when ``orders`` is 0.  Raises :class:`~remat.errors.RematError` for negative ``orders``;
+    when ``orders`` is 0.  Raises :class:`~remat.core.errors.RematError` for negative ``orders``;
     a bad budget or time limit raises :func:`~solvers.peak_shave.shave_peak`'s typed errors."""
     from policies.reorder import relabel
-    from remat.errors import RematError
+    from remat.core.errors import RematError
     from solvers.order_search import greedy_orders
     from solvers.peak_shave import shave_peak
 

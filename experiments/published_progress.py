@@ -106,7 +106,7 @@ def progress_rows(before: Sequence[dict[str, str]], now: Sequence[dict[str, str]
     Raises:
       RematError: ``tol`` negative, or a row without one of the benchmark's key columns.
     """
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     if not tol >= 0:
         raise RematError(f"tol must be >= 0, got {tol!r}")
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     from experiments.solver_benchmark_published import read_rows
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     for path in (a.before, a.now):
         if not path.is_file():

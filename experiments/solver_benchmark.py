@@ -43,7 +43,7 @@ import numpy as np
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, RematError, SolverError
+from remat.core.errors import InfeasibleBudgetError, RematError, SolverError
 
 with contextlib.suppress(ImportError):  # registers "chain_dp" when that policy exists
     import policies.chain_dp  # noqa: F401

@@ -19,11 +19,11 @@ For every graph in ``../shared/benchmarks/checkmate-graphs`` and every budget mu
 For each returned plan the harness recomputes, from the plan's R/S matrices alone:
 ``objective`` = sum over executions of the node's cost (profiled units), ``overhead`` =
 objective / cost of running every node once, and ``peak_bytes`` by
-:func:`remat.schedule.replay` (which shares no code with the MILP builder), and checks
+:func:`remat.core.schedule.replay` (which shares no code with the MILP builder), and checks
 ``peak_bytes <= budget`` (``status`` = ``ok`` or ``over_budget``; an illegal plan is
 ``invalid_plan``).  A budget below the largest single step's need (a node's output plus its
 inputs, ``min_step_bytes``) is reported as ``infeasible_proven`` without calling a solver.
-Solver infeasibility (:class:`~remat.errors.InfeasibleBudgetError`) is ``infeasible`` with the
+Solver infeasibility (:class:`~remat.core.errors.InfeasibleBudgetError`) is ``infeasible`` with the
 solver's ``min_feasible_bytes``; every other exception is recorded in ``status``/``error``.
 Each instance runs in a child process with a hard wall-clock limit (``--hard-timeout``,
 ``killed_wallclock``) and an address-space limit (``--mem-limit-gb``; ``crashed`` when the child
@@ -159,8 +159,8 @@ def min_step_bytes(graph) -> int:
 
 def measure_plan(graph, plan, budget: int) -> dict[str, Any]:
     """Objective, overhead and replayed peak of ``plan`` (computed here from R/S alone)."""
-    from remat.errors import InvalidPlanError
-    from remat.schedule import replay
+    from remat.core.errors import InvalidPlanError
+    from remat.core.schedule import replay
 
     counts = plan.R.sum(axis=0).astype(np.int64)
     costs = graph.costs
@@ -198,7 +198,7 @@ def _not_applicable_types() -> tuple[type[BaseException], ...]:
     """Errors meaning "this graph is outside the policy's scope".  The benchmark graphs passed
     the loader's validation, so an ``InvalidGraphError`` from ``plan`` (ChainDP on a non-chain)
     is such an error too, as is any ``remat.errors`` class named ``*NotApplicable*``."""
-    from remat import errors
+    from remat.core import errors
 
     names = [n for n in dir(errors) if "NotApplicable" in n or "UnsupportedGraph" in n]
     found = tuple(getattr(errors, n) for n in names if isinstance(getattr(errors, n), type))
@@ -230,7 +230,7 @@ def _make(name: str, **options):
 
 def _run_policy(graph, name: str, budget: int, **options) -> dict[str, Any]:
     """Plan with one policy; classify every outcome into a row fragment."""
-    from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+    from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
 
     t0 = time.perf_counter()
     try:

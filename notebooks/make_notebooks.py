@@ -26,7 +26,7 @@ import numpy as np
 import jax
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, NotApplicableError
+from remat.core.errors import InfeasibleBudgetError, NotApplicableError
 from experiments import plotstyle  # one colour and marker per policy in every figure
 MIB = 2**20
 """

@@ -17,7 +17,7 @@ and implements one method::
 asks :meth:`BasePolicy.check_applicable`, short-cuts to checkpoint-all when the budget needs no
 recomputation (policies that opt in), times the solve, validates the plan by replay (on the graph
 at the plan's micro-batch size), refuses a plan over budget, and fills the same typed statistics
-for every policy (:class:`remat.plan.PlanStats`: status, objective, lower bound, gap, solve time,
+for every policy (:class:`remat.core.plan.PlanStats`: status, objective, lower bound, gap, solve time,
 peak).  The :class:`PolicyContext` carries what a decision may need besides the graph: the time
 limit, the device profile, and the graph at another micro-batch count (``ctx.graph_at(k)``) so a
 policy can choose ``Plan.microbatches``.
@@ -33,17 +33,17 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from remat.budget import resolve_budget
-from remat.context import PolicyContext
-from remat.errors import (
+from remat.core.budget import resolve_budget
+from remat.core.context import PolicyContext
+from remat.core.errors import (
     BudgetFormatError,
     InvalidPlanError,
     RematError,
     SolverError,
     UnknownNameError,
 )
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.bounds import frontier_lower_bound
 
 _REGISTRY: dict[str, type] = {}
@@ -87,13 +87,13 @@ class BasePolicy(abc.ABC):
 
     # -- what authors write
     def check_applicable(self, graph: Graph) -> None:  # noqa: B027 - optional hook, no-op
-        """Raise :class:`~remat.errors.NotApplicableError` if this policy cannot plan ``graph``
+        """Raise :class:`~remat.core.errors.NotApplicableError` if this policy cannot plan ``graph``
         (default: every graph)."""
 
     @abc.abstractmethod
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         """The decision: a plan for ``graph`` whose replayed peak is at most ``budget_bytes``
-        (``None``: no limit), or a typed :mod:`remat.errors` exception.  Abstract: a policy
+        (``None``: no limit), or a typed :mod:`remat.core.errors` exception.  Abstract: a policy
         class without it cannot be instantiated."""
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
@@ -141,7 +141,7 @@ class BasePolicy(abc.ABC):
 
     def _finish(self, graph: Graph, p: Plan, b: int | None, ctx: PolicyContext,
                 elapsed: float) -> Plan:
-        from remat.schedule import replay
+        from remat.core.schedule import replay
 
         g = self.evaluation_graph(graph, p, ctx)
         p.validate(g)

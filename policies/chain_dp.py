@@ -15,16 +15,16 @@ import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import (
+from remat.core.errors import (
     BudgetFormatError,
     InfeasibleBudgetError,
     InvalidGraphError,
     NotApplicableError,
     SolverError,
 )
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 from solvers.chain_dp import (
     ChainProblem,
     _units,
@@ -211,8 +211,8 @@ class ChainDP(BasePolicy):
     exhaustive search on every uniform-size test chain and the Checkmate MILP; with unequal sizes
     a rare non-persistent schedule can be cheaper.  ``"feasible"`` when sizes were rounded.
 
-    ``plan`` raises :class:`~remat.errors.NotApplicableError` on a non-chain graph and
-    :class:`~remat.errors.InfeasibleBudgetError` (with the DP's exact minimum) on a too-small
+    ``plan`` raises :class:`~remat.core.errors.NotApplicableError` on a non-chain graph and
+    :class:`~remat.core.errors.InfeasibleBudgetError` (with the DP's exact minimum) on a too-small
     budget.
     """
 

@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import RematError, SolverTimeoutError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import RematError, SolverTimeoutError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.checkmate import (
     CheckmateProblem,
     best_heuristic,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 
 
 @register("checkpoint_all")
@@ -16,7 +16,7 @@ class CheckpointAll(BasePolicy):
     """Keep every output until its last reader; one step per node, no recomputation.
 
     Its peak is the graph's no-remat peak (the standard budget rule), so a budget below it
-    raises :class:`~remat.errors.InfeasibleBudgetError`.
+    raises :class:`~remat.core.errors.InfeasibleBudgetError`.
     """
 
     budget: int | str | None = None

@@ -7,7 +7,7 @@ ChainDP):
   Checkmate ``R``/``S`` pair with the *tightest* retention the schedule allows (liveness): an
   output computed in step ``t`` is carried into steps ``t+1 .. u`` exactly when some step in
   that range reads it and it is not recomputed in between.  Anything else is freed right after
-  its last reader (the replay in :mod:`remat.schedule` does the in-step freeing).
+  its last reader (the replay in :mod:`remat.core.schedule` does the in-step freeing).
 * :func:`plan_from_checkpoints` turns a set of *retained* forward nodes into a schedule: the
   forward pass runs once, node by node; before each backward node every forward input that is
   neither retained nor (with ``keep_recomputed``) already recomputed is rebuilt from its nearest
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidPlanError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import InvalidPlanError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 
 
 def plan_from_steps(
@@ -38,7 +38,7 @@ def plan_from_steps(
       **meta: extra metadata (``budget``, ``status``, ``solve_time_s``, ...).
 
     Returns:
-      A :class:`~remat.plan.Plan` with ``R`` (``bool[T, n]``) from ``steps`` and ``S`` minimal:
+      A :class:`~remat.core.plan.Plan` with ``R`` (``bool[T, n]``) from ``steps`` and ``S`` minimal:
       ``S[u, i]`` iff ``i`` is read in some step ``t >= u`` without being recomputed in
       ``u .. t``, and ``i`` was computed before ``u``.
 

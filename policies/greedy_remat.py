@@ -23,9 +23,9 @@ The plan is :func:`policies.from_checkpoints.plan_from_steps` of the simulated s
 retention (liveness) never holds a value longer than this simulation does (an evicted value is
 freed at its last read before the eviction, a dead one after its last reader), so the replayed
 peak (:func:`remat.simulate`) is at most the simulated one; the policy checks it is
-``<= budget`` and raises :class:`~remat.errors.SolverError` otherwise.
+``<= budget`` and raises :class:`~remat.core.errors.SolverError` otherwise.
 
-When no eviction makes room, :class:`~remat.errors.InfeasibleBudgetError` carries the smallest
+When no eviction makes room, :class:`~remat.core.errors.InfeasibleBudgetError` carries the smallest
 budget at which *this heuristic* succeeds, found by bisection between the largest single-node
 need (``out_bytes[v] + Σ out_bytes[inputs]``) and the no-remat peak, to a relative tolerance
 ``search_rtol``: a heuristic's minimum, not a proven lower bound.
@@ -39,9 +39,9 @@ from collections.abc import Callable
 
 from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import BudgetFormatError, InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 
 SCORES = ("dtr", "belady", "size")
 

@@ -4,7 +4,7 @@ Griewank 1992, "Achieving logarithmic growth of temporal and spatial complexity 
 automatic differentiation"; Griewank & Walther 2000 (revolve).  The schedule and the count
 ``t(l, c) = r l - β(c+1, r-1)`` come from :mod:`solvers.revolve`; the chain is recognised by
 :func:`policies.chain_dp.chain_problem` (non-chain graphs raise
-:class:`~remat.errors.NotApplicableError`).  Revolve counts checkpoint *slots*, not bytes: with a
+:class:`~remat.core.errors.NotApplicableError`).  Revolve counts checkpoint *slots*, not bytes: with a
 budget, the policy keeps the cheapest slot count whose simulated peak fits.
 """
 
@@ -16,10 +16,10 @@ import math
 from policies.base import BasePolicy, PolicyContext, register
 from policies.chain_dp import chain_problem, ops_to_steps
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 from solvers.revolve import assign_steps, revolve_cost, revolve_evals, revolve_ops
 
 

@@ -29,10 +29,10 @@ import re
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
-from remat.errors import InfeasibleBudgetError, UnknownNameError
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError, UnknownNameError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 
 WHICH = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
          "everything_saveable")

@@ -70,11 +70,11 @@ from policies.base import (
     register,
 )
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import InfeasibleBudgetError, InvalidPlanError, RematError, SolverError
-from remat.events import COMPUTE, STEP
-from remat.graph import Graph
-from remat.layout import arena_size, lifetimes, validate
-from remat.plan import Plan
+from remat.core.errors import InfeasibleBudgetError, InvalidPlanError, RematError, SolverError
+from remat.core.events import COMPUTE, STEP
+from remat.core.graph import Graph
+from remat.core.layout import arena_size, lifetimes, validate
+from remat.core.plan import Plan
 from solvers.melon_pool import (
     lifetime_aware,
     lifetime_aware_lowest,

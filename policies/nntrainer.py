@@ -3,11 +3,11 @@
 On a :class:`remat.Graph` (a stage graph from :func:`remat.extract`: a node is a layer's forward
 or backward) the execution order is the graph's node order, one node per step (the
 checkpoint-all schedule), and every output lives from its computation to its last reader.  The
-plan's allocations (:func:`remat.layout.lifetimes`: a paged-in value is a new allocation from its
+plan's allocations (:func:`remat.core.layout.lifetimes`: a paged-in value is a new allocation from its
 page-in to its free) are laid out by one of NNTrainer's planners into ``Plan.offsets``:
 ``placement="auto"`` (default) takes NNTrainer's default ``OptimizedV1Planner``
 (:func:`solvers.nntrainer_plan.optimized_v1`) without swap and its ``OptimizedV3Planner``
-(:func:`solvers.nntrainer_plan.optimized_v3`) with swap; any :data:`remat.layout.PLACEMENTS` name
+(:func:`solvers.nntrainer_plan.optimized_v3`) with swap; any :data:`remat.core.layout.PLACEMENTS` name
 or function overrides it.
 
 Why not V1 under swap: V1 is a stack allocator that frees only expired slots on the *top* of the
@@ -22,7 +22,7 @@ per resident tensor (notes §4.2), so its device footprint is the resident bytes
 first-gap layout approximates within a few percent.
 
 With ``swap`` the idle stretches of each value are paged out to storage, in POET's plan
-representation (``page_out``/``page_in``/``S_aux``; semantics in :mod:`remat.schedule`), so
+representation (``page_out``/``page_in``/``S_aux``; semantics in :mod:`remat.core.schedule`), so
 :func:`remat.simulate` and :func:`remat.execute` run it.  For a value ``i`` read at steps
 ``a < b`` and not in between, with ``g = b - a - 1`` idle steps:
 
@@ -52,11 +52,11 @@ from typing import Any
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import InfeasibleBudgetError, InvalidPlanError
-from remat.graph import Graph
-from remat.layout import allocate
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError, InvalidPlanError
+from remat.core.graph import Graph
+from remat.core.layout import allocate
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 from solvers.nntrainer_plan import swap_latency
 
 __all__ = ["NNTrainer", "swap_plan", "Gap"]
@@ -115,7 +115,7 @@ def swap_plan(graph: Graph, gaps: list[Gap]) -> Plan:
 
 
 def _device(device: Any):
-    from remat import devices
+    from remat.core import devices
 
     return devices.get(device) if isinstance(device, str) else device
 
@@ -130,11 +130,11 @@ class NNTrainer(BasePolicy):
       swap: ``False`` (no swap), ``True`` or ``"proactive"`` (prefetch ``lookahead`` steps
         ahead), ``"on_demand"`` (page in just before use).
       lookahead: proactive prefetch distance ``k`` (steps, >= 1).
-      device: :mod:`remat.devices` profile (name or object) for compute and storage times;
+      device: :mod:`remat.core.devices` profile (name or object) for compute and storage times;
         ``None``: ``"pixel-4"`` (a phone with UFS flash).
       placement: layout of ``Plan.offsets``: ``"auto"`` (``"nntrainer_v1"`` without swap,
         ``"nntrainer_v3"`` with swap; see the module docstring), or a
-        :data:`remat.layout.PLACEMENTS` name or function.
+        :data:`remat.core.layout.PLACEMENTS` name or function.
     """
 
     budget: int | str | None = None

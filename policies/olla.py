@@ -4,7 +4,7 @@ No recomputation: the order phase (the lifetime ILP, paper eq. 14, :func:`solver
 picks the topological order with the smallest peak of resident bytes (eq. 13), realised as a plan
 whose step ``t`` computes the ``t``-th node of that order (:func:`plan_from_steps`, outputs kept
 exactly until their last reader); the address phase (eq. 15, :func:`solvers.olla.solve_addresses`)
-then lays the plan's allocations out in one arena (:func:`remat.layout.allocate` with
+then lays the plan's allocations out in one arena (:func:`remat.core.layout.allocate` with
 :func:`olla_placement`), warm-started from the better of best fit and greedy-by-size.
 
 Any other policy's plan goes through the same two phases with :func:`olla_layout` (or
@@ -27,17 +27,17 @@ import numpy as np
 
 from policies.base import BasePolicy, Policy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
-from remat import layout
-from remat.errors import InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core import layout
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.olla import AddressSolution, OrderSolution, solve_addresses, solve_order
 
 __all__ = ["Olla", "OllaPlacement", "olla_placement", "olla_order", "olla_layout"]
 
 
 class OllaPlacement:
-    """A :data:`remat.layout.Placement` running OLLA's address ILP (eq. 15).
+    """A :data:`remat.core.layout.Placement` running OLLA's address ILP (eq. 15).
 
     Call it as ``placement(intervals, sizes) -> offsets`` (bytes); the last call's
     :class:`solvers.olla.AddressSolution` (status, gap, bound, times) is kept in ``last`` and the
@@ -52,7 +52,7 @@ class OllaPlacement:
       threads: HiGHS threads.
       max_pairs: overlapping pairs above which the ILP is not built (the warm start is returned
         with status ``"heuristic"`` and its gap).
-      warm: names of :data:`remat.layout.PLACEMENTS` tried as warm starts.
+      warm: names of :data:`remat.core.layout.PLACEMENTS` tried as warm starts.
       restarts: jittered greedy-by-size layouts tried (0: none).
       warm_share: fraction of ``time_limit`` the warm start may use.
       seed: seed of the jitter.
@@ -109,7 +109,7 @@ class OllaPlacement:
 
 
 def olla_placement(time_limit: float = 60.0, **options: Any) -> OllaPlacement:
-    """OLLA's address ILP as a placement for :func:`remat.layout.allocate` /
+    """OLLA's address ILP as a placement for :func:`remat.core.layout.allocate` /
     :func:`remat.simulate` (options: see :class:`OllaPlacement`)."""
     return OllaPlacement(time_limit, **options)
 
@@ -230,7 +230,7 @@ class Olla(BasePolicy):
 
     Args:
       budget: bytes or a string (``"60%"``, ``"512MiB"``): the reordered peak must fit (else
-        :class:`~remat.errors.InfeasibleBudgetError` with the best peak found); ``None``: no limit.
+        :class:`~remat.core.errors.InfeasibleBudgetError` with the best peak found); ``None``: no limit.
       time_limit: seconds for the whole ``plan()`` call (both phases, and the base policy).
       order: run the order phase (eq. 14); ``False`` keeps the program's order.
       addresses: run the address phase (eq. 15) and fill ``Plan.offsets``.

@@ -8,7 +8,7 @@ plan that fits.  On the published random layered DAGs it fits every budget from 
 of the no-remat peak at n = 500 and 1000 (1.005-1.55x) in seconds, where the other heuristics
 needed 2.5-145x or nothing fitted (``experiments/results/published_benchmark.md``).
 
-When no order fits, :class:`~remat.errors.InfeasibleBudgetError` carries the lowest peak the
+When no order fits, :class:`~remat.core.errors.InfeasibleBudgetError` carries the lowest peak the
 search reached: this heuristic's own minimum, not a proven bound.
 """
 
@@ -20,9 +20,9 @@ import time
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
 from policies.reorder import plan_in_program_order, relabel
-from remat.errors import InfeasibleBudgetError, RematError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import InfeasibleBudgetError, RematError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.order_search import greedy_orders
 from solvers.peak_shave import shave_peak
 

@@ -36,7 +36,7 @@ Compared with :mod:`policies.greedy_remat` (evict on demand, then recompute the 
 ancestry with everything it recomputes kept live), every recomputed value here is freed after
 its last in-step reader and each step is bounded by construction, so far tighter budgets fit,
 at a compute cost that can be large.  On infeasibility,
-:class:`~remat.errors.InfeasibleBudgetError` carries this heuristic's own smallest budget
+:class:`~remat.core.errors.InfeasibleBudgetError` carries this heuristic's own smallest budget
 (bisection), not a proven bound; :func:`solvers.pebbling_bound.prove_infeasible` gives proofs.
 
 Witness search (``method="auto"``, the default, or ``"witness"`` alone).  The step-by-step
@@ -61,9 +61,9 @@ import time
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, RematError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, RematError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.pebbling_search import copy_ends, decide, prune_best
 
 SCORES = ("belady", "dtr", "size")  # "auto" tries them in this order

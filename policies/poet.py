@@ -4,7 +4,7 @@ Patil, Jain, Dutta, Stoica, Gonzalez, "POET: Training Neural Networks on Tiny De
 Integrated Rematerialization and Paging", ICML 2022: Algorithm 1 / eq. (1) with the energy
 objective of eq. (2) and the runtime constraint of eq. (3), in the self-consistent restatement of
 ``notes/seeds-poet-olla.md`` A.5, solved by :func:`solvers.poet.solve_poet` on the Checkmate core.
-Costs come from a :mod:`remat.devices` profile: per-node compute time/energy
+Costs come from a :mod:`remat.core.devices` profile: per-node compute time/energy
 (``node_costs``) and per-node page-in/page-out time/energy from the output bytes.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from solvers.milp import check_backend
 from solvers.poet import PoetProblem, PoetSolution, schedule_costs, solve_poet
 
@@ -40,7 +40,7 @@ def device_costs(graph: Graph, device, cost_model: str | None = None) -> dict[st
         return {"compute_time": graph.costs.copy(), "compute_energy": graph.energies.copy(),
                 "page_in_time": z, "page_in_energy": z, "page_out_time": z, "page_out_energy": z}
     if isinstance(device, str):
-        from remat import devices
+        from remat.core import devices
 
         dev = devices.get(device)
     else:
@@ -63,7 +63,7 @@ class Poet(BasePolicy):
     """POET's MILP as a policy (``policies.get("poet", device="cortex-a72", budget="50%")``).
 
     Attributes:
-      device: a :mod:`remat.devices` profile name or object (compute and paging costs), or
+      device: a :mod:`remat.core.devices` profile name or object (compute and paging costs), or
         ``None`` to use the graph's own ``time_s``/``energy_j`` with free paging.
       budget: device-memory budget for activations (bytes or ``"60%"``/``"512KiB"``); ``None``
         means the checkpoint-all peak.

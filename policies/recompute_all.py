@@ -12,10 +12,10 @@ import dataclasses
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
-from remat.errors import InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 
 
 @register("recompute_all")
@@ -25,7 +25,7 @@ class RecomputeAll(BasePolicy):
 
     Args:
       budget: activation bytes or ``"60%"``; only checked (the plan does not depend on it): a
-        budget below the plan's peak raises :class:`~remat.errors.InfeasibleBudgetError`.
+        budget below the plan's peak raises :class:`~remat.core.errors.InfeasibleBudgetError`.
     """
 
     budget: int | str | None = None

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from policies.from_checkpoints import plan_from_steps
-from remat.errors import InvalidGraphError, InvalidPlanError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import InvalidGraphError, InvalidPlanError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 
 __all__ = ["relabel", "plan_in_program_order", "check_order"]
 
@@ -64,7 +64,7 @@ def relabel(graph: Graph, order: Sequence[int]) -> Graph:
       order: ``int[n]``, a topological order of ``graph`` (see :func:`check_order`).
 
     Returns:
-      A :class:`~remat.graph.Graph` without ``program`` (it is for planning only: plans are
+      A :class:`~remat.core.graph.Graph` without ``program`` (it is for planning only: plans are
       mapped back with :func:`plan_in_program_order` before they are applied); ``meta`` gains
       ``"relabelled_from"`` (the original name).
     """

@@ -3,7 +3,7 @@ a hybrid of dynamic gradient accumulation (DGA) and dynamic gradient checkpointi
 offline on the training graph as a plan.
 
 **Throughput model and the MTP.**  A node's modelled time on a device profile is
-``max(roofline, launch_s)``: the roofline of :meth:`remat.devices.DeviceProfile.node_costs`
+``max(roofline, launch_s)``: the roofline of :meth:`remat.core.devices.DeviceProfile.node_costs`
 (``max(flops / flops_per_s, bytes / memory_bandwidth)``, bytes including the parameters it reads)
 floored by ``launch_s`` times its number of kernels (its fusion groups, :func:`kernel_counts`):
 launch latency and too little parallel work to fill the device (:data:`LAUNCH_S`, estimates).  A step of ``k`` micro-batches takes
@@ -57,9 +57,10 @@ from policies.base import (
 )
 from policies.from_checkpoints import plan_from_steps
 from policies.greedy_remat import evict_steps
-from remat.errors import BudgetFormatError, InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.passes import fusion_labels
+from remat.core.plan import Plan
 
 #: per-kernel minimum time (s): launch latency and under-filled parallel units.  Estimates:
 #: a mobile GPU/CPU OpenCL kernel launch ~20 us, a desktop CUDA kernel ~5 us.
@@ -69,10 +70,9 @@ ORDERS = ("accumulate_first", "checkpoint_first")
 
 
 def kernel_counts(graph: Graph) -> np.ndarray:
-    """``int64[n]`` kernels per node: its fusion groups (:func:`remat.passes.fusion_labels` over
-    the node's equations) for an extracted graph, 1 per node otherwise."""
-    from remat.passes import eqn_class, fusion_labels
-
+    """``int64[n]`` kernels per node: its fusion groups (:func:`remat.core.passes.fusion_labels`
+    over the operator classes of the node's equations) for an extracted graph, 1 per node
+    otherwise."""
     prog = graph.program
     if prog is None:
         return np.ones(graph.n, dtype=np.int64)
@@ -80,7 +80,7 @@ def kernel_counts(graph: Graph) -> np.ndarray:
     for i in range(graph.n):
         js = prog.node_eqns[i]
         if js:
-            out[i] = int(fusion_labels([eqn_class(prog.eqns[j]) for j in js]).max()) + 1
+            out[i] = int(fusion_labels([prog.eqn_classes[j] for j in js]).max()) + 1
     return out
 
 
@@ -88,7 +88,7 @@ def node_times(graph: Graph, device, launch_s: float | None = None) -> np.ndarra
     """``float64[n]`` modelled time of one execution of each node (s): the device's roofline
     floored by ``launch_s`` (default :data:`LAUNCH_S` of the profile) per kernel of the node
     (:func:`kernel_counts`)."""
-    from remat import devices
+    from remat.core import devices
 
     prof = devices.get(device)
     t, _ = prof.node_costs(graph)

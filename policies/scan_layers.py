@@ -1,7 +1,7 @@
 """ScanLayers: plan inside scanned layer stacks for a budget.
 
 For each ``lax.scan`` of an extracted graph (:mod:`remat.scans`: ``graph.program.scans``) it
-chooses a :class:`~remat.scans.ScanDecision`: which of the body's anchors (contractions and
+chooses a :class:`~remat.core.scan_plan.ScanDecision`: which of the body's anchors (contractions and
 other expensive results) every iteration keeps, and how many iterations a group of the nested
 scan holds (the carry entering each group is kept; a group's backward pass re-runs its forward).
 JAX's built-in policies are points of this space (``dots_saveable``: every contraction kept,
@@ -9,15 +9,15 @@ flat; ``nothing_saveable``: none); this policy searches all of it for the cheape
 fits, which users otherwise do by hand, compiling each guess.
 
 Search: anchors that a JAX policy cannot tell apart (same primitive, operand shapes, dtypes and
-parameters: :func:`remat.scans.anchor_key`) form one *unit*.  Every subset of units (exhaustive
+parameters: :func:`remat.core.scan_plan.anchor_key`) form one *unit*.  Every subset of units (exhaustive
 up to ``max_exhaustive`` units, else the subsets of the ``max_exhaustive`` units with the best
 FLOPs-recomputed-per-byte-kept, status ``"heuristic"``) and every group size dividing the length
-is costed by :meth:`remat.scans.ScanBody.cost`, next to leaving the scan as JAX
+is costed by :meth:`remat.core.scan_plan.ScanBody.cost`, next to leaving the scan as JAX
 differentiates it (its own residuals, no recomputation); per scan the Pareto front of (kept
 bytes, transient bytes, FLOPs) is combined across scans, and the plan with the fewest FLOPs
-whose predicted peak (:func:`remat.scans.adjusted_graph`, checkpoint-all outside the scans)
+whose predicted peak (:func:`remat.core.scan_plan.adjusted_graph`, checkpoint-all outside the scans)
 fits the budget wins (ties: the smaller peak).  A kept contraction followed by a bias add keeps
-the sum (:meth:`remat.scans.ScanBody.save_point`), as MaxText-style names do.
+the sum (:meth:`remat.core.scan_plan.ScanBody.save_point`), as MaxText-style names do.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ import itertools
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.errors import InfeasibleBudgetError, NotApplicableError
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.scans import ScanBody, ScanDecision, adjusted_graph, anchor_key, scan_nodes
+from remat.core.errors import InfeasibleBudgetError, NotApplicableError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.scan_plan import ScanBody, ScanDecision, adjusted_graph, anchor_key, scan_nodes
 
 
 def anchor_units(body: ScanBody) -> list[tuple[int, ...]]:
     """Anchors grouped by what a JAX policy sees of what they keep
-    (:func:`remat.scans.anchor_key` of :meth:`~remat.scans.ScanBody.policy_point`), so that
+    (:func:`remat.core.scan_plan.anchor_key` of :meth:`~remat.core.scan_plan.ScanBody.policy_point`), so that
     every plan is one a plain JAX policy expresses (``remat.checkpoint_policy``)."""
     units: dict[tuple, list[int]] = {}
     for j in body.anchors:
@@ -97,7 +97,7 @@ class ScanLayers(BasePolicy):
         whose plan a single ``jax.checkpoint`` policy expresses (``remat.checkpoint_policy``
         for ``nn.scan(nn.remat(Block, policy=...))``).
 
-    Plans carry ``meta["scans"]`` (a tuple of :class:`~remat.scans.ScanDecision`; a scan
+    Plans carry ``meta["scans"]`` (a tuple of :class:`~remat.core.scan_plan.ScanDecision`; a scan
     without one stays as JAX differentiates it), applied by ``remat.value_and_grad`` and
     exported by ``remat.checkpoint_policy``.  The stages outside the scans run as written
     (``meta["trim_segments"] = False``: the applier keeps JAX's own residuals there, as the

@@ -15,7 +15,7 @@ are recomputed once, when the backward pass first needs them, and kept until the
 
 With a memory budget, both modes keep the cheapest variant (segment count or ``b``) whose
 simulated peak fits; without one, ``sqrtn`` uses its default and ``greedy`` the ``b`` with the
-smallest peak.  Nothing fits: :class:`~remat.errors.InfeasibleBudgetError` with the smallest
+smallest peak.  Nothing fits: :class:`~remat.core.errors.InfeasibleBudgetError` with the smallest
 peak the search saw.
 """
 
@@ -28,10 +28,10 @@ import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
-from remat.errors import BudgetFormatError, InfeasibleBudgetError
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import replay
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
 
 
 def articulation_points(graph: Graph) -> list[int]:

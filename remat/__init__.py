@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib
 
-from remat import errors
-from remat.budget import Modelled, modelled, resolve_budget
-from remat.graph import Graph, Node, chain_graph, make_graph
-from remat.graph_io import load_graph
-from remat.plan import Plan
-from remat.simulate import Report, simulate
+from remat.core import errors
+from remat.core.budget import Modelled, modelled, resolve_budget
+from remat.core.graph import Graph, Node, chain_graph, make_graph
+from remat.core.graph_io import load_graph
+from remat.core.plan import Plan
+from remat.core.simulate import Report, simulate
 
 _LAZY = {
     "extract": ("remat.extraction", "extract"),

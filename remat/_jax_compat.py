@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.extend import core as _jc
 
-from remat.errors import RematError
+from remat.core.errors import RematError
 
 __all__ = [
     "JAX_VERSION", "INTERNALS", "CALL_BODY", "CUSTOM_BODY", "SCAN_KEYS", "COND_KEYS",

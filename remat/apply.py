@@ -45,7 +45,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from remat.budget import Modelled
 from remat.compiled_budget import (
     MAX_COMPILES,
     budget_semantics,
@@ -55,7 +54,8 @@ from remat.compiled_budget import (
     step_temp_bytes,
     takes_budget,
 )
-from remat.errors import ExtractionError, InvalidPlanError, RematError
+from remat.core.budget import Modelled
+from remat.core.errors import ExtractionError, InvalidPlanError, RematError
 from remat.fidelity import (
     FIDELITY_RTOL,
     Applied,
@@ -129,7 +129,7 @@ def apply_plan(
       policy: a policy object, a registry name, or ``None`` (no remat).
       budget: the compiled step's temp bytes (``12e9``, ``"12GiB"``, ``"50%"`` of the compiled
         no-remat step's temp), met by the closed loop of :mod:`remat.compiled_budget`; or
-        :func:`remat.budget.modelled` ``(spec)``, handed to the policy as a budget on the graph's
+        :func:`remat.core.budget.modelled` ``(spec)``, handed to the policy as a budget on the graph's
         modelled peak; ``None``: the policy's own budget option (modelled).
       graph, plan: reuse an already extracted graph / made plan (``plan`` needs ``graph``,
         extracted from ``fn`` with the same ``has_aux``).
@@ -261,7 +261,7 @@ class _Transform:
 
     def __init__(self, fn, policy, *, budget, microbatches, argnums, has_aux, stages, reduction,
                  mode, microbatch_aux="stack"):
-        from remat.errors import MicrobatchError
+        from remat.core.errors import MicrobatchError
 
         if reduction not in ("mean", "sum"):
             raise RematError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
@@ -448,7 +448,7 @@ def checkpoint_policy(plan_or_policy: Any, graph: Any, *, budget: Any = None) ->
         (planned on ``graph`` with ``budget``).
       graph: the training graph the plan refers to.
     """
-    from remat.plan import Plan
+    from remat.core.plan import Plan
 
     if isinstance(plan_or_policy, Plan):
         plan = plan_or_policy

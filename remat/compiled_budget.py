@@ -15,7 +15,7 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    when it falls outside);
 4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure); when
    none fits, plan at the policy's smallest feasible internal budget and raise
-   :class:`~remat.errors.InfeasibleBudgetError` naming the smallest compiled temp reached.
+   :class:`~remat.core.errors.InfeasibleBudgetError` naming the smallest compiled temp reached.
 
 Every round is recorded (:class:`Round`).  The figures are *compiled*, not measured or
 modelled.  XLA:CPU keeps ``jax.checkpoint`` only with the ``cse_barrier_expander`` pass off on
@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from remat.budget import Modelled, resolve_against
-from remat.errors import InfeasibleBudgetError, format_bytes
+from remat.core.budget import Modelled, resolve_against
+from remat.core.errors import InfeasibleBudgetError, format_bytes
 
 __all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_temp_bytes",
            "keeps_checkpoint", "fit"]
@@ -237,7 +237,7 @@ def recomputes(app) -> bool:
 def budget_semantics(budget, plan, baseline_temp: Callable[[], int]):
     """``(semantics, target bytes, baseline temp bytes, notes)`` of a drop-in budget:
     ``"compiled"`` (bytes of the compiled step; ``baseline_temp()`` compiles the no-remat step),
-    ``"modelled"`` (the graph's peak: a :class:`~remat.budget.Modelled` budget, or none given and
+    ``"modelled"`` (the graph's peak: a :class:`~remat.core.budget.Modelled` budget, or none given and
     the policy's own), ``"modelled-fallback"`` (the compiler undoes ``jax.checkpoint``) or
     ``"none"`` (a plan was given)."""
     if plan is not None:

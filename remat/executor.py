@@ -1,7 +1,7 @@
 """Op-by-op executor: run a plan's exact schedule stage by stage and measure live bytes.
 
-The executor is an interpreter of the plan's event program (:func:`remat.events.lower`, the one
-executable form of the semantics of :mod:`remat.plan` and :mod:`remat.schedule`); it decides
+The executor is an interpreter of the plan's event program (:func:`remat.core.events.lower`, the one
+executable form of the semantics of :mod:`remat.core.plan` and :mod:`remat.core.schedule`); it decides
 nothing about lifetimes itself.  Node granularity: all of a node's outputs live and die together.
 
 * ``STEP``: a *step-start* sample is taken (exactly the outputs of ``S[t]`` are resident).
@@ -29,7 +29,7 @@ Paging runs in one of two modes (``paging=``):
   value counts as live device memory from the ``PAGE_IN`` event (its bytes are reserved until
   the transfer has made the device array) until its ``FREE``, so the measured peak does not
   depend on thread timing.  Threads are joined before :func:`execute` returns; an exception in
-  a transfer is raised in the main thread as :class:`~remat.errors.PagingError` (chained).
+  a transfer is raised in the main thread as :class:`~remat.core.errors.PagingError` (chained).
 * ``"sync"`` (on-demand swap): every transfer runs on the main thread at its event.
 
 Freeing drops the executor's references and calls ``.delete()`` on the device arrays.  Values that
@@ -58,11 +58,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from remat.errors import ExtractionError, InvalidPlanError, PagingError
-from remat.events import COMPUTE, FREE, PAGE_IN, PAGE_OUT, STEP
+from remat.core.errors import ExtractionError, InvalidPlanError, PagingError
+from remat.core.events import COMPUTE, FREE, PAGE_IN, PAGE_OUT, STEP
+from remat.core.graph import Graph
+from remat.core.plan import Plan
 from remat.extraction import Lit
-from remat.graph import Graph
-from remat.plan import Plan
 
 __all__ = ["execute", "ExecStats"]
 

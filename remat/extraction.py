@@ -53,8 +53,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat.core.errors import ExtractionError, RematWarning
+from remat.core.graph import Graph, make_graph
+from remat.core.scan_plan import aval_bytes
 from remat.devices import DeviceProfile
-from remat.errors import ExtractionError, RematWarning
 from remat.flops import eqn_flops, fallback_bytes, unknown_primitives
 from remat.frontend import (
     INLINE_ALL,
@@ -63,7 +65,6 @@ from remat.frontend import (
     FlatJaxpr,
     LeafEqn,
     Lit,
-    aval_bytes,
     batch_coupled,
     batch_size,
     bind,
@@ -74,8 +75,8 @@ from remat.frontend import (
     origin_of,
     scope_of,
 )
-from remat.graph import Graph, make_graph
-from remat.stages import AUTO_MAX_STAGES, group_forward, group_keys, runs
+from remat.scans import analyse_scan
+from remat.stages import AUTO_MAX_STAGES, dependence, eqn_class, group_forward, group_keys, runs
 
 __all__ = ["extract", "scope_of", "Program", "LeafEqn", "Lit", "group_keys", "AUTO_MAX_STAGES"]
 
@@ -113,6 +114,8 @@ class Program:
       origin: ``int64[len(eqns)]`` forward-program leaf each training equation comes from
         (``-1``: none, e.g. gradient sums).
       fwd_out_tree: treedef of ``fn``'s output.
+      eqn_classes: Sage's operator class of each training equation
+        (:func:`remat.stages.eqn_class`: ``"symmetrical"``, ``"asymmetrical"``, ``"opaque"``).
       scans: per ``scan`` of the forward program that the loss needs, its
         :class:`remat.scans.ScanBody` (compact view; empty when scans were unrolled).
       cache: jitted stage functions, filled lazily by :meth:`stage_fn`.
@@ -144,6 +147,7 @@ class Program:
     fwd_out_tree: Any = None
     has_aux: bool = False
     scans: tuple = ()
+    eqn_classes: tuple[str, ...] = ()
     cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -315,9 +319,6 @@ def _analyse_scans(fwd: FlatJaxpr, fidx: np.ndarray, data_ids, param_ids) -> tup
     leaves = [int(k) for k in fidx if fwd.eqns[k].name == "scan"]
     if not leaves:
         return ()
-    from remat.scans import analyse_scan
-    from remat.stages import dependence
-
     data, _ = dependence(fwd.eqns, data_ids or param_ids, ())
     return tuple(
         analyse_scan(fwd, k, [bool(data.get(r, False)) if isinstance(r, int) else False
@@ -387,7 +388,7 @@ def extract(
       ``stage_mode`` (``module``/``layer``/``contraction``/``eqn``), ``argnums``, ``batch_size``
       (or ``None``), ``loss_nodes``, ``n_eqns``, ``notes`` and ``unknown_primitives`` (sorted
       names of primitives costed by :mod:`remat.flops`' fallback rule; empty when none, else a
-      :class:`~remat.errors.RematWarning` names them once).
+      :class:`~remat.core.errors.RematWarning` names them once).
 
     Raises:
       ExtractionError: non-scalar / non-float loss, bad ``stages``, tracing failure.
@@ -655,6 +656,7 @@ def extract(
         fwd_out_tree=jax.tree_util.tree_structure(fwd_shape),
         has_aux=has_aux,
         scans=scan_bodies,
+        eqn_classes=tuple(eqn_class(e) for e in eqns),
     )
     meta["device"] = getattr(dev, "name", type(dev).__name__)
     return dataclasses.replace(g, nodes=nodes, meta=meta, program=program)

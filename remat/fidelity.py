@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidPlanError, RematWarning
+from remat.core.errors import InvalidPlanError, RematWarning
 from remat.segments import Segment
 
 __all__ = ["FIDELITY_RTOL", "RematFidelityWarning", "Applied", "predicted_residual_bytes",
@@ -143,7 +143,7 @@ class Applied:
 
     def report(self) -> str:
         """One paragraph: predicted vs realised saved bytes and the notes."""
-        from remat.errors import format_bytes
+        from remat.core.errors import format_bytes
 
         if self.plan is None:
             return "no plan: plain jax.value_and_grad"

@@ -35,9 +35,9 @@ conservative **fallback rule**, from its avals: one FLOP per output element; whe
 an input's shape (not elementwise) it also touches its bytes in + out (:func:`fallback_bytes`,
 which :func:`remat.extract` adds to the node's bytes moved).  A primitive that carries sub-jaxprs
 (a new call-like primitive) costs its bodies instead, each once.  :func:`remat.extract` warns once
-(:class:`~remat.errors.RematWarning`) and lists the names in ``graph.meta["unknown_primitives"]``;
+(:class:`~remat.core.errors.RematWarning`) and lists the names in ``graph.meta["unknown_primitives"]``;
 :func:`unknown_primitives` lists them for any jaxpr.  Only an output without a static shape raises
-:class:`~remat.errors.UnsupportedPrimitiveError`.
+:class:`~remat.core.errors.UnsupportedPrimitiveError`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import UnsupportedPrimitiveError
+from remat.core.errors import UnsupportedPrimitiveError
 
 __all__ = ["eqn_flops", "jaxpr_flops", "conv_flops", "dot_flops", "FLOP_RULES", "where",
            "has_rule", "fallback_bytes", "primitive_names", "unknown_primitives"]

@@ -25,7 +25,6 @@ with consecutive ints; literals are :class:`Lit`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -49,7 +48,6 @@ __all__ = [
     "scope_of",
     "scope_from_stack",
     "is_transpose",
-    "aval_bytes",
     "batch_size",
     "is_key",
 ]
@@ -310,19 +308,6 @@ def is_transpose(stack) -> bool:
 
 
 # ------------------------------------------------------------------------------ values
-def aval_bytes(aval) -> int:
-    """Bytes of an abstract value (``prod(shape) * itemsize``; PRNG keys by their key data)."""
-    shape = getattr(aval, "shape", ())
-    dtype = getattr(aval, "dtype", None)
-    if dtype is None:
-        return 0
-    try:
-        item = int(dtype.itemsize)
-    except Exception:  # pragma: no cover - exotic extended dtypes
-        item = 8
-    return int(math.prod(shape)) * item
-
-
 def is_key(x) -> bool:
     """``x`` (an array or aval) holds typed PRNG keys."""
     dt = getattr(x, "dtype", None)

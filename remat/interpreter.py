@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from remat.errors import RematError
+from remat.core.errors import RematError
 from remat.fidelity import scan_decisions
 from remat.frontend import Lit, bind
 from remat.scans import bind_scan

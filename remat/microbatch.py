@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from remat.errors import MicrobatchError
+from remat.core.errors import MicrobatchError
 from remat.frontend import batch_size as _batch_size
 from remat.frontend import is_key as _is_key
 

@@ -32,7 +32,7 @@ import numpy as np
 from flax import nnx
 
 from remat.apply import _Transform
-from remat.errors import ExtractionError, RematError
+from remat.core.errors import ExtractionError, RematError
 from remat.planning import resolve_policy
 
 __all__ = ["value_and_grad", "grad"]

@@ -1,7 +1,7 @@
 """Planning for the JAX side: resolve a policy, give it its context, run plans per micro-batch.
 
 :func:`resolve_policy` turns ``None``, a registry name or an object into a policy;
-:func:`planning_context` builds the :class:`~remat.context.PolicyContext` whose ``graph_at(k)``
+:func:`planning_context` builds the :class:`~remat.core.context.PolicyContext` whose ``graph_at(k)``
 re-extracts the function at ``1/k`` of the batch, so a policy may choose micro-batches;
 :func:`execute_microbatched` runs a plan op by op on each micro-batch.  Used by
 :mod:`remat.apply`; imports :mod:`policies` only inside functions (the layer above).
@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remat.context import PolicyContext
-from remat.errors import RematError
+from remat.core.context import PolicyContext
+from remat.core.errors import RematError
 
 __all__ = ["resolve_policy", "make_plan", "planning_context", "execute_microbatched"]
 
@@ -56,14 +56,14 @@ def make_plan(pol, graph, budget, ctx=None):
 def planning_context(fn: Callable, args: Sequence[Any], graph: Any, *,
                      argnums: int | Sequence[int] = 0, has_aux: bool = False,
                      stages: Any = "auto", time_limit: float | None = None) -> PolicyContext:
-    """The :class:`~remat.context.PolicyContext` for planning ``fn`` at ``args``: its
+    """The :class:`~remat.core.context.PolicyContext` for planning ``fn`` at ``args``: its
     ``graph_at(k)`` re-extracts ``fn`` at ``1/k`` of the batch (cached), so a policy may choose
     ``Plan.microbatches``.
 
     Raises (from ``graph_at``):
       MicrobatchError: ``k`` does not divide the batch, or ``fn`` has no batch to split.
     """
-    from remat.errors import MicrobatchError
+    from remat.core.errors import MicrobatchError
     from remat.extraction import extract
     from remat.microbatch import microbatch_args
 

@@ -34,8 +34,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from remat._jax_compat import call_body, open_jaxpr
+from remat.core.scan_plan import aval_bytes
 from remat.flops import ELEMENTWISE, REDUCTION, ZERO
-from remat.frontend import FlatJaxpr, LeafEqn, Lit, aval_bytes
+from remat.frontend import FlatJaxpr, LeafEqn, Lit
 
 __all__ = ["Segment", "plan_segments", "walk", "cheap_leaf", "safe_leaf"]
 

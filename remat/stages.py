@@ -29,7 +29,7 @@ Modes (``stages=``):
 * ``"auto"``: ``"module"`` when it gives 2..64 module stages; else layers; more than 64 units
   are merged into 32.  ``"module"`` and ``"layer"`` asked for by name are never merged (a
   100-layer Flax MLP gives 101 + 101 nodes).
-* ``"sage"``: Sage's fusion groups (:func:`remat.passes.fusion_labels`): each contraction or
+* ``"sage"``: Sage's fusion groups (:func:`remat.core.passes.fusion_labels`): each contraction or
   reduction with its neighbouring element-wise ops, opaque ops (sort, argmax, scans) alone.
 
 Every ``scan`` equation is a stage of its own, named after the modules of its body
@@ -40,14 +40,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from remat._jax_compat import scan_params
-from remat.errors import ExtractionError
+from remat._jax_compat import call_body, open_jaxpr, scan_params
+from remat.core.errors import ExtractionError
+from remat.core.passes import fusion_labels, op_class
 from remat.frontend import LeafEqn, Lit
 
-__all__ = ["StageGroups", "group_forward", "group_keys", "balanced", "runs", "dependence",
+__all__ = ["StageGroups", "eqn_class", "group_forward", "group_keys", "balanced", "runs", "dependence",
            "AUTO_MAX_STAGES"]
 
 AUTO_MAX_STAGES = 64
@@ -278,10 +280,28 @@ def _isolate_scans(eqns, units, names, scopes):
     return out_u, out_n
 
 
-def _sage_groups(eqns: Sequence[LeafEqn]) -> StageGroups:
-    """``stages="sage"``: Sage's fusion groups (:func:`remat.passes.fusion_labels`)."""
-    from remat.passes import eqn_class, fusion_labels
+_CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat2", "checkpoint")  # remat2: jax.checkpoint
 
+
+def eqn_class(eqn: Any) -> str:
+    """:func:`remat.core.passes.op_class` of a leaf equation (Sage's operator class); a custom-derivative call (``jax.nn.relu``,
+    ``jax.nn.gelu``) takes the class of its body: symmetrical when every primitive in it is,
+    asymmetrical when one is not (opaque when one is opaque)."""
+    name = eqn.primitive.name if hasattr(eqn, "primitive") else str(eqn)
+    if name not in _CUSTOM and name not in _CALLS:
+        return op_class(name)
+    body = call_body(eqn) if getattr(eqn, "params", None) else None
+    if body is None:
+        return "opaque"
+    kinds = {eqn_class(e) for e in open_jaxpr(body).eqns}
+    return ("opaque" if "opaque" in kinds else
+            "asymmetrical" if "asymmetrical" in kinds else "symmetrical")
+
+
+
+def _sage_groups(eqns: Sequence[LeafEqn]) -> StageGroups:
+    """``stages="sage"``: Sage's fusion groups (:func:`remat.core.passes.fusion_labels`)."""
     if not eqns:
         return StageGroups(np.zeros(0, dtype=np.int64), ("fwd/top",), ((),), "sage")
     classes = [eqn_class(e) for e in eqns]
@@ -312,7 +332,7 @@ def group_forward(
     Args:
       eqns: the forward program's leaf equations that compute the loss (program order).
       stages: ``"auto"``, ``"module"``, ``"layer"``, ``"sage"`` (Sage's fusion groups,
-        :mod:`remat.passes`) or an int ``k`` (``"eqn"`` is handled by the extractor on the
+        :mod:`remat.core.passes`) or an int ``k`` (``"eqn"`` is handled by the extractor on the
         training program).
       out_ids: the program outputs read after the last equation (the loss value).
       data_ids, param_ids: value ids of the batch leaves and of the differentiated arguments.

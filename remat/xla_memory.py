@@ -49,7 +49,7 @@ buffer-assignment dumps (``--xla_dump_to``):
    there, largest first, into the smallest allocation that takes it, and costs no temp bytes
    (the gradients of the first layers, written last, hold forward residuals).  The rest share
    the one temp allocation, largest first, each at the lowest offset free over its life
-   (:func:`remat.layout.greedy_by_size`), sizes rounded up to 64 bytes.
+   (:func:`remat.core.layout.greedy_by_size`), sizes rounded up to 64 bytes.
 
 Accuracy (``experiments/results/memory_model_jax*.csv``: six models, no remat, sqrt(n),
 Checkmate at 30/50/70%, the scan planner on the scanned model; the plan's simulated peak was
@@ -74,9 +74,10 @@ import jax
 import numpy as np
 
 from remat import _jax_compat as compat
-from remat.errors import ExtractionError, InvalidPlanError
+from remat.core.errors import ExtractionError, InvalidPlanError
+from remat.core.scan_plan import aval_bytes
 from remat.flops import ELEMENTWISE
-from remat.frontend import INLINE_ALL, aval_bytes, is_transpose
+from remat.frontend import INLINE_ALL, is_transpose
 from remat.interpreter import plan_function
 
 __all__ = ["predict_temp_bytes", "predict_step_temp_bytes", "temp_breakdown", "TempReport",
@@ -689,7 +690,7 @@ def _assign(temps, rules: Rules, p, ops, prod, want_detail, loop_bytes):
     elif rules.heap == "live":
         temp = _live_peak([(s, e, z) for s, e, z, _ in pending])
     else:
-        from remat import layout
+        from remat.core import layout
 
         iv = np.array([(s, e) for s, e, _, _ in pending], dtype=np.int64)
         sz = np.array([z for _, _, z, _ in pending], dtype=np.int64)
@@ -756,7 +757,7 @@ def predict_temp_bytes(graph, plan=None, *, fn: Callable | None = None,
 
     Args:
       graph: a graph from :func:`remat.extract` (it carries the program; loaded graphs have no
-        program and raise :class:`~remat.errors.ExtractionError`).
+        program and raise :class:`~remat.core.errors.ExtractionError`).
       plan: a plan for ``graph``; ``None``: no rematerialization (plain
         ``jax.value_and_grad``).
       fn: the rematerialized forward function when the caller already has it

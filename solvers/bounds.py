@@ -2,7 +2,7 @@
 
 The *frontier bound*: whatever the schedule, a node runs with its own output allocated and every
 input resident, so ``max_v (size_v + sum_{p in preds(v)} size_p)`` bytes are live at some moment
-of every schedule under the replay model of :mod:`remat.schedule`.  A budget below it is
+of every schedule under the replay model of :mod:`remat.core.schedule`.  A budget below it is
 infeasible; the bound is exact only when some schedule attains it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat.errors import InvalidGraphError
+from remat.core.errors import InvalidGraphError
 
 __all__ = ["frontier_lower_bound", "node_step_bytes"]
 

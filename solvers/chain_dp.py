@@ -3,7 +3,7 @@ r"""Optimal persistent checkpointing of heterogeneous chains (rotor-style dynami
 Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing for heterogeneous
 chains: how to train deep neural networks with limited memory" (2019, rotor) solve chains with
 a DP over (segment, memory).  This module re-derives that DP for *remat's* memory model (the
-replay in ``remat/schedule.py``, equal to the Checkmate MILP's accounting): when a node runs,
+replay in ``remat/core/schedule.py``, equal to the Checkmate MILP's accounting): when a node runs,
 memory = every output held + its own output; an output may be freed right after any reader.
 
 Length: a long docstring derives the recursion and its memory terms; the code is the exact DP
@@ -86,7 +86,7 @@ from functools import reduce
 
 import numpy as np
 
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
 
 INF = np.inf
 

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
 from solvers.chain_dp import (
     ChainProblem,
     ChainSolution,

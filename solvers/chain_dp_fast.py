@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from remat.errors import InfeasibleBudgetError, SolverError
+from remat.core.errors import InfeasibleBudgetError, SolverError
 from solvers.chain_dp import (
     INF,
     ChainProblem,

@@ -10,7 +10,7 @@ CP-SAT needs integer data.  :func:`solve_cpsat` takes every column as an integer
 continuous column of the model must be *implied* integral by integer data, as Checkmate's
 ``U``/``FREE`` are when memory is counted in units of the sizes' gcd: build with
 ``Formulation(integer_memory=True)``) and requires integral row coefficients and bounds (a
-row that is not raises :class:`~remat.errors.SolverError` naming its block).  The objective may
+row that is not raises :class:`~remat.core.errors.SolverError` naming its block).  The objective may
 be fractional: it is scaled to integers with resolution ``max|c| / 2**objective_bits``; the
 returned objective is re-evaluated with the exact coefficients and the bound is corrected by
 the largest possible rounding error (``½ · scale · Σ_j |ub_j|`` over columns with a cost), so
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 
 if TYPE_CHECKING:
     from solvers.milp import MilpModel, MilpSolution

@@ -1,7 +1,7 @@
 """Melon's lifetime-aware memory pool (Wang et al., MobiSys 2022, §4.2), as layout placements.
 
 Every allocation is a rectangle in the (time × address) plane: x-extent its lifetime (inclusive
-``[first, last]`` event indices, :func:`remat.layout.lifetimes`), height its size in bytes, y its
+``[first, last]`` event indices, :func:`remat.core.layout.lifetimes`), height its size in bytes, y its
 offset.  Two rectangles may share addresses only when their lifetimes are disjoint; the pool
 size is ``max(offset + size)`` (2D strip packing, NP-hard).  Melon's greedy places the
 allocation with the **longest lifetime first**, each at the lowest non-colliding offset (paper:
@@ -16,9 +16,9 @@ time ↑, free time ↑.  The artifact places each one in the *smallest* gap tha
 * :func:`lifetime_aware_refined` and :func:`melon_pool` (``"melon_refined"``): the same
   greedy followed by a local search, below.
 
-The two allocators Melon compares against already live in :mod:`remat.layout`: on-demand
-sequential allocation is :func:`remat.layout.first_fit` (allocation order, lowest free offset)
-and "large tensor first" is :func:`remat.layout.greedy_by_size`.  :func:`pool_report` measures
+The two allocators Melon compares against already live in :mod:`remat.core.layout`: on-demand
+sequential allocation is :func:`remat.core.layout.first_fit` (allocation order, lowest free offset)
+and "large tensor first" is :func:`remat.core.layout.greedy_by_size`.  :func:`pool_report` measures
 any of them against the max-live lower bound.
 
 What holds and what does not: on a *laminar* set of lifetimes (any two nested or disjoint,
@@ -57,7 +57,7 @@ uses (registered ``"melon_refined"``) -- runs it from those **and from on-demand
 construction (the search compacts every seed, then searches from the best ones).  ``experiments/results/melon_pool.csv`` reports both, plus the paper's raw
 greedy (``lifetime_aware``), so one sees whether the guard seed ever mattered.
 
-numpy only; the packing itself is :func:`remat.layout.place`.
+numpy only; the packing itself is :func:`remat.core.layout.place`.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from remat.layout import (
+from remat.core.layout import (
     PLACEMENTS,
     Placement,
     arena_size,
@@ -220,7 +220,7 @@ def lifetime_aware_refined(intervals: Any, sizes: Any) -> np.ndarray:
 
 def melon_pool(intervals: Any, sizes: Any) -> np.ndarray:
     """The pool the Melon policy uses: :func:`refine` from Melon's two longest-lifetime-first
-    layouts **and from on-demand's layout** (:func:`remat.layout.first_fit`) as a guard seed, so
+    layouts **and from on-demand's layout** (:func:`remat.core.layout.first_fit`) as a guard seed, so
     its pool is never larger than on-demand's nor than the paper's greedy.
 
     Args:
@@ -305,12 +305,12 @@ class PoolReport(NamedTuple):
 
 def pool_report(intervals: Any, sizes: Any, placement: Placement = lifetime_aware,
                 *, check: bool = True) -> tuple[np.ndarray, PoolReport]:
-    """Run ``placement`` and report pool size and fragmentation via :mod:`remat.layout`.
+    """Run ``placement`` and report pool size and fragmentation via :mod:`remat.core.layout`.
 
     Args:
       intervals: ``int64[A, 2]`` inclusive lifetimes.
       sizes: ``int64[A]`` bytes.
-      placement: any :data:`remat.layout.Placement`.
+      placement: any :data:`remat.core.layout.Placement`.
       check: validate the layout (no two live allocations overlap).
 
     Returns:

@@ -14,7 +14,7 @@ The model is built from named variable blocks and vectorised sparse row blocks::
 
 ``solve`` never hangs (a time limit is always set).  When the limit hits with an incumbent it
 returns it with ``status="time_limit"`` and the gap; when it hits without one it raises
-:class:`remat.errors.SolverTimeoutError` carrying the proven bound.  Infeasible models return
+:class:`remat.core.errors.SolverTimeoutError` carrying the proven bound.  Infeasible models return
 ``status="infeasible"`` (the caller knows what that means for its problem).  No jax here.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 
 INF = math.inf
 _HIGHS_THREADS: int | None = None  # thread count of HiGHS's process-wide pool, once we set one
@@ -80,7 +80,7 @@ BACKENDS = ("highs", "cvxpy", "cpsat", "race")  # what MilpModel.solve(backend=.
 
 
 def check_backend(backend: str) -> None:
-    """Raise :class:`~remat.errors.SolverError` unless ``backend`` is one of :data:`BACKENDS`
+    """Raise :class:`~remat.core.errors.SolverError` unless ``backend`` is one of :data:`BACKENDS`
     and installed (``cpsat``/``race`` need OR-Tools); for policies to check their options
     before any work."""
     if backend not in BACKENDS:

@@ -1,6 +1,6 @@
 """NNTrainer's execution-order memory planning (Moon et al., ICSE-SEIP 2024), numpy only.
 
-Three parts, on the interfaces of :mod:`remat.layout` (lifetimes and sizes in, offsets out):
+Three parts, on the interfaces of :mod:`remat.core.layout` (lifetimes and sizes in, offsets out):
 
 * **Execution orders** (Algorithm 1, with the fixes of ``notes/seeds-nntrainer.md`` §2.2):
   :func:`execution_orders` gives every layer ``i`` of an ``N``-layer chain the integer EOs of its
@@ -18,14 +18,14 @@ Three parts, on the interfaces of :mod:`remat.layout` (lifetimes and sizes in, o
   view layer (flatten, reshape: ``VIEW``, read-only view) always shares its input's slot.  A
   merged tensor lives over the convex hull of its EOs (NNTrainer's ``[min EO, max EO]``; holes
   are what swapping exploits) and is as large as its largest member.  :func:`lifespans`.
-* **Planners** as :data:`remat.layout.Placement` functions ``(intervals, sizes) -> offsets``:
+* **Planners** as :data:`remat.core.layout.Placement` functions ``(intervals, sizes) -> offsets``:
   :func:`basic` (no reuse: the arena is the sum of sizes, NNTrainer's ``BasicPlanner``),
   :func:`optimized_v1` (NNTrainer's default ``OptimizedV1Planner``: by start, a stack of live
   slots, exact-size reuse of an expired slot, else on top), :func:`optimized_v3` (by start, the
-  first gap among live blocks: ``OptimizedV3Planner``) and :func:`remat.layout.first_fit`;
-  the theoretical lower bound is :func:`remat.layout.max_live_lower_bound` (NNTrainer's
+  first gap among live blocks: ``OptimizedV3Planner``) and :func:`remat.core.layout.first_fit`;
+  the theoretical lower bound is :func:`remat.core.layout.max_live_lower_bound` (NNTrainer's
   ``calcMinMemoryRequirement``).  The first three are registered in
-  :data:`remat.layout.PLACEMENTS` as ``"nntrainer_basic"``, ``"nntrainer_v1"``,
+  :data:`remat.core.layout.PLACEMENTS` as ``"nntrainer_basic"``, ``"nntrainer_v1"``,
   ``"nntrainer_v3"``.
 
 Swap timing (proactive vs on-demand) is :func:`swap_latency`: a two-stream (read, write) I/O
@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from remat.layout import PLACEMENTS, first_fit, max_live_lower_bound, place
+from remat.core.layout import PLACEMENTS, first_fit, max_live_lower_bound, place
 
 __all__ = [
     "WEIGHTED",

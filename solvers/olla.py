@@ -6,7 +6,7 @@ they are the paper's two-phase split (§4.4, eqs. 14 and 15) and are kept side b
 
 **Order ILP (eq. 14).**  One node per step, ``T = n'`` steps (``n'`` the nodes left after the
 reduction below): the memory at step ``t`` is the project's event semantics (Checkmate's
-``U``, :mod:`remat.events`): the outputs created earlier that a node at step ``>= t`` reads,
+``U``, :mod:`remat.core.events`): the outputs created earlier that a node at step ``>= t`` reads,
 plus the output created at ``t``.  Decision variables (all in ``[0, 1]``):
 
 * ``D[v, t]`` (binary; the compute-time variable): node ``v`` has run at or before step ``t``.
@@ -68,7 +68,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from remat.errors import SolverTimeoutError
+from remat.core.errors import SolverTimeoutError
 from solvers.milp import INF, MilpModel
 
 __all__ = [
@@ -766,7 +766,7 @@ def solve_addresses(
     """Minimise the arena over offsets with lifetimes fixed (eq. 15).
 
     Args:
-      intervals: ``int64[A, 2]`` inclusive lifetimes (e.g. :func:`remat.layout.lifetimes`).
+      intervals: ``int64[A, 2]`` inclusive lifetimes (e.g. :func:`remat.core.layout.lifetimes`).
       sizes: ``int64[A]`` bytes.
       warm_offsets: a valid layout (e.g. best fit's) to start from and to return when nothing
         better is found; default: every allocation stacked (arena = total bytes).

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from remat.errors import InvalidGraphError, RematError
+from remat.core.errors import InvalidGraphError, RematError
 
 __all__ = ["greedy_order", "greedy_orders"]
 

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.errors import BudgetFormatError, InvalidGraphError, RematError
+from remat.core.errors import BudgetFormatError, InvalidGraphError, RematError
 
 __all__ = ["ShaveResult", "shave_peak"]
 

@@ -29,7 +29,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from remat.errors import BudgetFormatError, InvalidGraphError
+from remat.core.errors import BudgetFormatError, InvalidGraphError
 
 
 @dataclasses.dataclass(frozen=True)

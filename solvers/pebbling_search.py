@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.errors import InvalidGraphError, RematError, UnknownNameError
+from remat.core.errors import InvalidGraphError, RematError, UnknownNameError
 from solvers.bounds import node_step_bytes
 from solvers.pebbling_bound import check_inputs
 

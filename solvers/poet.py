@@ -3,7 +3,7 @@
 The formulation is POET's Algorithm 1 / eq. (1) as restated self-consistently in
 ``notes/seeds-poet-olla.md`` A.5, on top of the Checkmate core of :mod:`solvers.checkmate`
 (``R``, ``S`` = POET's ``S_RAM``, the memory rows ``U`` with their ``FREE`` variables: the exact
-device-memory model of :mod:`remat.schedule`).  POET adds, over ``T = n`` frontier-advancing steps:
+device-memory model of :mod:`remat.core.schedule`).  POET adds, over ``T = n`` frontier-advancing steps:
 
 * ``S_aux[t, i]`` (value i held in secondary storage entering step t), ``M_in[t, i]`` (page-in
   during step t, lands at its end), ``M_out[t, i]`` (page-out during step t, from its start),
@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from remat.errors import InvalidPlanError
+from remat.core.errors import InvalidPlanError
 from solvers.checkmate import (
     CheckmateProblem,
     CheckmateVars,
@@ -407,7 +407,7 @@ def solve_poet(
         violates a row is dropped (``meta`` of the caller can compare energies).
       time_limit, mip_gap, threads, backend: passed to :meth:`MilpModel.solve`; ``"cpsat"``
         counts memory in units of the sizes' gcd (integer data) and refuses a deadline row
-        (fractional times) with :class:`~remat.errors.SolverError`.
+        (fractional times) with :class:`~remat.core.errors.SolverError`.
 
     Returns:
       :class:`PoetSolution`; status ``infeasible`` (no schedule, arrays empty) is returned, not

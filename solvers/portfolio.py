@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 
 if TYPE_CHECKING:
     from solvers.milp import MilpModel, MilpSolution

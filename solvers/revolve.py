@@ -29,7 +29,7 @@ from math import comb
 
 import numpy as np
 
-from remat.errors import InvalidGraphError
+from remat.core.errors import InvalidGraphError
 
 
 def beta(s: int, t: int) -> int:

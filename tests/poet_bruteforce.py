@@ -2,7 +2,7 @@
 
 It enumerates every schedule with the frontier-advancing structure (step t computes node t and
 any subset of earlier nodes), every carried set, page-out set and page-in set, replaying the
-memory rules of :mod:`remat.schedule` by hand (page-out at the step start, page-in at the step
+memory rules of :mod:`remat.core.schedule` by hand (page-out at the step start, page-in at the step
 end, frees after a value's last reader in the step).  A dynamic programme over states
 ``(step, resident set, storage set)`` keeps the Pareto front of (time, energy) so a deadline can
 be imposed.  Exponential: only for graphs of at most ~6 nodes.

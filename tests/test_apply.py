@@ -20,7 +20,7 @@ from mlp_models import relu_mlp_loss
 import policies
 import remat
 from remat._jax_compat import saved_residuals
-from remat.errors import ExtractionError, MicrobatchError, UnknownNameError
+from remat.core.errors import ExtractionError, MicrobatchError, UnknownNameError
 
 RTOL, ATOL = 1e-5, 1e-6
 

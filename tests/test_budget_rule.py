@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import policies
 import remat
 from policies import checkpoint_all_plan
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 
 MULTS = (0.9, 0.8, 0.7, 0.6)
 

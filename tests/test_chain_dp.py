@@ -16,7 +16,7 @@ from limits import SAFETY_S, pinned_host_profile
 
 import remat
 from policies.chain_dp import ChainDP, chain_problem
-from remat.errors import InfeasibleBudgetError, InvalidGraphError, NotApplicableError
+from remat.core.errors import InfeasibleBudgetError, InvalidGraphError, NotApplicableError
 from solvers.chain_dp import ChainProblem, min_feasible_budget, solve_chain
 
 
@@ -518,7 +518,7 @@ def test_tight_budget_plan_is_as_cheap_as_checkmates_optimum_on_vgg16():
     no dearer than Checkmate's proven optimum there, and both must fit on replay."""
     import policies
     import remat
-    from remat.schedule import replay
+    from remat.core.schedule import replay
 
     loss, params, batch = remat.zoo.get("vgg16", batch_size=4)
     with pinned_host_profile():  # the same costs, so the same MILP, on every machine

@@ -18,8 +18,8 @@ from policies.chain_dp import (
     chain_problem,
     level_portfolio,
 )
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
-from remat.schedule import replay
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
+from remat.core.schedule import replay
 from solvers.chain_dp import compiled_available, min_feasible_budget, solve_chain
 
 

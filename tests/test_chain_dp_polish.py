@@ -10,7 +10,7 @@ import pytest
 
 import remat
 from policies.chain_dp import ChainDP
-from remat.schedule import replay
+from remat.core.schedule import replay
 
 
 def _chain(L, seed):

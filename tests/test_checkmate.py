@@ -2,7 +2,7 @@
 
 The brute force enumerates every frontier-advancing schedule of a tiny graph (n <= 7) by dynamic
 programming over the set of outputs carried between steps, with its own step-by-step memory
-evaluator written from the semantics in ``remat/plan.py``; every optimum it finds is turned into a
+evaluator written from the semantics in ``remat/core/plan.py``; every optimum it finds is turned into a
 ``remat.Plan`` and re-checked with ``remat.simulate``.
 """
 
@@ -16,8 +16,8 @@ from limits import HIGHS_SPENT, SAFETY_S
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
-from remat.schedule import replay
+from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from remat.core.schedule import replay
 from solvers.checkmate import (
     CheckmateProblem,
     Formulation,
@@ -350,7 +350,7 @@ def test_policy_checkpoint_all_shortcut_and_infeasible(chain20):
 
 
 def test_to_frontier_form_recuts_other_schedules():
-    from remat.plan import plan_from_order
+    from remat.core.plan import plan_from_order
     from solvers.checkmate import to_frontier_form
 
     g = remat.chain_graph(4, sizes=[3, 1, 2, 2], fwd_costs=[1.0, 2.0, 1.0, 1.0])

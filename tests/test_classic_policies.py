@@ -16,7 +16,7 @@ from policies.from_checkpoints import plan_from_checkpoints, plan_from_steps
 from policies.jax_policy import JaxPolicy, saveable_nodes
 from policies.recompute_all import RecomputeAll
 from policies.sqrtn import SqrtN, articulation_points
-from remat.errors import InfeasibleBudgetError, InvalidPlanError, UnknownNameError
+from remat.core.errors import InfeasibleBudgetError, InvalidPlanError, UnknownNameError
 
 
 def fwd_idx(g):

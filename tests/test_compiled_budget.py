@@ -14,12 +14,12 @@ import warnings
 
 import numpy as np
 import pytest
+from xla_subprocess import run_json
 
 import remat
-from remat.budget import Modelled, parse_budget, resolve_against
 from remat.compiled_budget import fit
-from remat.errors import BudgetFormatError, InfeasibleBudgetError
-from xla_subprocess import run_json
+from remat.core.budget import Modelled, parse_budget, resolve_against
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
 
 
 # --------------------------------------------------------------------------- budget specs
@@ -152,7 +152,7 @@ _E2E = r"""
 import json, warnings
 import jax, jax.numpy as jnp, numpy as np
 import remat, policies
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 
 def mlp():
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ pytest.importorskip("ortools")
 
 import remat  # noqa: E402
 from policies.checkmate import Checkmate  # noqa: E402
-from remat.errors import SolverError  # noqa: E402
+from remat.core.errors import SolverError  # noqa: E402
 from solvers.milp import MilpModel  # noqa: E402
 
 
@@ -81,7 +81,7 @@ def test_highs_still_solves_after_races_either_solver_won():
     """A race cancels the loser; HiGHS's state must not leak into later solves (resetting its
     thread pool inside a race, after an earlier HiGHS solve had started it, once made every
     later HiGHS solve end 'Not Set')."""
-    from remat.errors import InfeasibleBudgetError
+    from remat.core.errors import InfeasibleBudgetError
     from solvers.checkmate import CheckmateProblem, solve_checkmate
 
     solved = 0
@@ -105,7 +105,7 @@ def test_highs_still_solves_after_races_either_solver_won():
 
 
 def test_bad_solver_options_are_typed_errors_before_any_work():
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     g = remat.chain_graph(4, sizes=100)
     with pytest.raises(SolverError, match="unknown MILP backend 'gurobi'"):

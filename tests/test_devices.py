@@ -11,8 +11,8 @@ import pytest
 
 import remat
 from remat import devices
+from remat.core.errors import RematError, UnknownNameError
 from remat.devices import DeviceProfile, DeviceProfileError
-from remat.errors import RematError, UnknownNameError
 
 REQUIRED = {"cortex-m0", "cortex-m4", "cortex-a72", "jetson-tx2", "pixel-4", "host"}
 STATIC = [n for n in devices.available() if n != "host"]

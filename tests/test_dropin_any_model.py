@@ -2,7 +2,7 @@
 transformers; every zoo model: tests/test_zoo_end_to_end.py): Checkmate at
 60%, SqrtN and (scanned models) ScanLayers plan, apply through ``remat.value_and_grad`` under
 ``jax.jit`` and give ``jax.value_and_grad``'s value and gradients (rtol 1e-4), or refuse the budget
-with :class:`~remat.errors.InfeasibleBudgetError` naming the smallest feasible one.
+with :class:`~remat.core.errors.InfeasibleBudgetError` naming the smallest feasible one.
 
 CI runs this at both ends of the supported JAX range (``.ci/run``).
 """
@@ -20,7 +20,7 @@ from limits import SAFETY_S
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError, RematWarning
+from remat.core.errors import InfeasibleBudgetError, RematWarning
 from remat.fidelity import RematFidelityWarning
 
 ZOO = {  # the scanned zoo transformers (every zoo model: tests/test_zoo_end_to_end.py)

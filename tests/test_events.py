@@ -1,7 +1,7 @@
 """The event program (remat.events) against an independent oracle and by hand.
 
 The oracle :func:`oracle_run` below is a deliberately plain Python interpreter of the rules written
-in :mod:`remat.plan` and :mod:`remat.schedule` (sets and loops, no numpy, no code shared with
+in :mod:`remat.core.plan` and :mod:`remat.core.schedule` (sets and loops, no numpy, no code shared with
 ``remat.events``).  It and the event program must agree, on many random graphs and plans, about
 legality, the bytes live at every compute, the step-start bytes and the peak.
 """
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import policies
 import remat
-from remat import events as ev
-from remat.errors import InvalidPlanError, RematError
-from remat.schedule import fold, replay
+from remat.core import events as ev
+from remat.core.errors import InvalidPlanError, RematError
+from remat.core.schedule import fold, replay
 
 
 # ------------------------------------------------------------------ the oracle

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import policies
 import remat
-from remat.errors import InvalidPlanError
-from remat.plan import Plan, plan_from_order
+from remat.core.errors import InvalidPlanError
+from remat.core.plan import Plan, plan_from_order
 
 
 def assert_same(got, ref):

@@ -11,7 +11,7 @@ import pytest
 from extract_models import MODELS, make_mlp, make_plain, make_resnet
 
 import remat
-from remat.errors import ExtractionError, RematWarning
+from remat.core.errors import ExtractionError, RematWarning
 from remat.extraction import group_keys, scope_of
 from remat.flops import ELEMENT_WEIGHT
 

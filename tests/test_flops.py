@@ -140,7 +140,7 @@ def test_unknown_primitive_gets_the_fallback_rule_and_raises_only_without_shapes
 
     from jax.extend.core import Primitive
 
-    from remat.errors import UnsupportedPrimitiveError
+    from remat.core.errors import UnsupportedPrimitiveError
 
     p = Primitive("mystery_op")
     p.def_abstract_eval(lambda x: x)

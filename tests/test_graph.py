@@ -6,7 +6,7 @@ import pytest
 
 import policies
 import remat
-from remat.errors import InvalidGraphError
+from remat.core.errors import InvalidGraphError
 
 
 @pytest.mark.parametrize("L", [1, 2, 5, 16])

@@ -19,8 +19,8 @@ from bench_graphs import FILES, needs_bench
 
 import policies
 import remat
-from remat import errors
-from remat.errors import InvalidGraphError
+from remat.core import errors
+from remat.core.errors import InvalidGraphError
 
 bench_files = pytest.mark.parametrize("path", FILES, ids=[p.stem[:24] for p in FILES])
 

@@ -11,7 +11,7 @@ from limits import SAFETY_S
 import policies
 import remat
 from policies.greedy_remat import GreedyRemat
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 
 LAYERED = [f for f in FILES if f.name.startswith("random_layered_n100_")
            or f.name.startswith("random_layered_n500_")]

@@ -190,7 +190,7 @@ def test_missing_extra_is_a_typed_one_line_error(tmp_path, monkeypatch):
 
     import pytest
 
-    from remat.errors import MissingDependencyError
+    from remat.core.errors import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     g = remat.chain_graph(4, sizes=1)

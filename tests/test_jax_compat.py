@@ -156,7 +156,7 @@ def test_check_reports_a_broken_accessor(monkeypatch):
 def test_op_class_sees_into_jax_checkpoint():
     """``jax.checkpoint``'s equation (primitive ``remat2``) takes the class of its body, as the
     other call-like primitives do: a symmetrical body is symmetrical, a dot makes it asymmetrical."""
-    from remat.passes import eqn_class
+    from remat.stages import eqn_class
 
     def eqn(f):
         closed = jax.make_jaxpr(jax.checkpoint(f))(jnp.ones((3, 3)))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import policies
 import remat
-from remat import layout
-from remat.errors import InvalidPlanError, UnknownNameError
+from remat.core import layout
+from remat.core.errors import InvalidPlanError, UnknownNameError
 
 # Six allocations [start, end] (inclusive event indices) and sizes, placed by hand below.
 IV = np.array([[0, 9], [1, 3], [2, 9], [3, 4], [4, 9], [5, 9]])

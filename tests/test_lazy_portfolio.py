@@ -11,7 +11,7 @@ from limits import HIGHS_SPENT, SAFETY_S
 from test_checkmate import _random_problem
 from test_path_cuts import _chain_problem
 
-from remat.errors import InfeasibleBudgetError, SolverError
+from remat.core.errors import InfeasibleBudgetError, SolverError
 from solvers.checkmate import min_feasible_budget, solve_checkmate
 from solvers.checkmate.formulation import Formulation
 from solvers.checkmate.frontier import best_heuristic
@@ -124,7 +124,7 @@ def test_portfolio_plan_on_a_model_we_did_not_write():
     from dropin import assert_residuals_within_plan_or_warned
     from test_checkmate import dropin_we_did_not_write, mlp_we_did_not_write, plan_we_did_not_write
 
-    from remat.schedule import replay
+    from remat.core.schedule import replay
 
     _, _, g, b = mlp_we_did_not_write("nnx")
     two, one = plan_we_did_not_write("nnx"), plan_we_did_not_write("nnx", portfolio=1)

@@ -15,7 +15,7 @@ from limits import SAFETY_S
 from test_checkmate import _random_problem
 
 import remat
-from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
 from solvers.checkmate import CheckmateProblem, min_feasible_budget, solve_checkmate
 from solvers.checkmate.problem import schedule_cost, schedule_memory
 

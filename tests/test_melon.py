@@ -18,9 +18,9 @@ import policies
 import remat
 from policies.melon import Melon
 from remat.apply import planning_context
-from remat.errors import InfeasibleBudgetError
-from remat.events import STEP
-from remat.layout import (
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.events import STEP
+from remat.core.layout import (
     allocate,
     arena_size,
     first_fit,

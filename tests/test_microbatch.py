@@ -12,7 +12,7 @@ from mlp_models import mlp_setup, tanh_mlp_loss
 import remat
 from remat import microbatch
 from remat.apply import execute_microbatched
-from remat.errors import MicrobatchError
+from remat.core.errors import MicrobatchError
 
 mlp_loss = tanh_mlp_loss
 

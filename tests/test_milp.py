@@ -10,7 +10,7 @@ import scipy.optimize
 import scipy.sparse as sp
 from limits import SAFETY_S
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 from solvers.milp import MilpModel
 
 

@@ -29,7 +29,7 @@ def test_saved_instance_replays_the_planned_graph(tmp_path):
 
 
 def test_load_instance_rejects_a_budget_that_is_not_a_percentage(tmp_path):
-    from remat.errors import BudgetFormatError
+    from remat.core.errors import BudgetFormatError
 
     for bad in ("30", "abc%", "-5%", 0.3):
         with pytest.raises(BudgetFormatError, match="percentage"):

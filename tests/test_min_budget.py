@@ -9,7 +9,7 @@ from bench_graphs import FILES, needs_bench
 from test_pebbling import _exact_min_peak, _random_dag
 
 from experiments import min_budget as mb
-from remat.errors import RematError, SolverError
+from remat.core.errors import RematError, SolverError
 
 
 @pytest.mark.parametrize("seed", range(6))

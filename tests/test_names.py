@@ -10,7 +10,7 @@ import pytest
 import policies
 import remat
 from experiments.cli import main
-from remat.errors import ExtractionError, RematError, UnknownNameError
+from remat.core.errors import ExtractionError, RematError, UnknownNameError
 
 
 def one_line_listing(exc: BaseException, *names: str) -> str:

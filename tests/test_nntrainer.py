@@ -12,8 +12,8 @@ from mlp_models import mlp_setup, relu_mlp_loss
 import policies
 import remat
 from policies.nntrainer import NNTrainer
-from remat.errors import InfeasibleBudgetError, InvalidPlanError
-from remat.layout import PLACEMENTS, max_live_lower_bound, validate
+from remat.core.errors import InfeasibleBudgetError, InvalidPlanError
+from remat.core.layout import PLACEMENTS, max_live_lower_bound, validate
 from solvers.nntrainer_plan import (
     AG,
     CD,
@@ -209,7 +209,7 @@ def test_paging_failure_is_typed_and_threads_joined(monkeypatch, where):
     import threading
 
     import remat.executor as ex
-    from remat.errors import PagingError
+    from remat.core.errors import PagingError
 
     params, batch, g = _mlp()
     p = NNTrainer(swap=True, lookahead=1).plan(g)

@@ -19,7 +19,7 @@ from flax import nnx
 
 import remat
 from policies.base import BasePolicy, checkpoint_all_plan
-from remat.errors import ExtractionError, NotApplicableError, RematError, UnknownNameError
+from remat.core.errors import ExtractionError, NotApplicableError, RematError, UnknownNameError
 
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -16,10 +16,10 @@ import policies
 import remat
 from policies.from_checkpoints import plan_from_steps
 from policies.olla import Olla, olla_layout, olla_placement
-from remat import layout
-from remat.errors import InfeasibleBudgetError
-from remat.graph import make_graph
-from remat.schedule import replay
+from remat.core import layout
+from remat.core.errors import InfeasibleBudgetError
+from remat.core.graph import make_graph
+from remat.core.schedule import replay
 from solvers.olla import order_peak, overlapping_pairs, solve_addresses, solve_order
 
 

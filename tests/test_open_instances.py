@@ -8,7 +8,7 @@ import policies
 import remat
 from experiments import open_instances as oi
 from experiments.solver_benchmark_published import min_step_bytes, open_bounds_section
-from remat.schedule import replay
+from remat.core.schedule import replay
 from solvers.pebbling_bound import prove_infeasible
 
 
@@ -64,7 +64,7 @@ def test_open_instances_and_best_peak_read_the_benchmark_rows():
 def test_bad_arguments_are_typed_errors():
     import pytest
 
-    from remat.errors import BudgetFormatError, RematError
+    from remat.core.errors import BudgetFormatError, RematError
 
     g = _graph()
     for lo, hi in ((10, 10), (20, 10), (-5, 10), (1.5, 10)):
@@ -86,7 +86,7 @@ def test_shaved_peak_is_a_real_schedules_peak_and_no_higher_than_its_order():
     single-step need; 0 orders: nothing."""
     from policies.from_checkpoints import plan_from_steps
     from policies.reorder import relabel
-    from remat.graph import make_graph
+    from remat.core.graph import make_graph
     from solvers.olla import order_peak
 
     rng = np.random.default_rng(7)
@@ -108,7 +108,7 @@ def test_shaved_peak_is_a_real_schedules_peak_and_no_higher_than_its_order():
 def test_shaved_peak_rejects_bad_input_with_typed_errors():
     import pytest
 
-    from remat.errors import BudgetFormatError, RematError
+    from remat.core.errors import BudgetFormatError, RematError
 
     g = _graph()
     with pytest.raises(RematError, match="orders"):

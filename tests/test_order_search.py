@@ -10,7 +10,7 @@ import pytest
 from limits import SAFETY_S
 from test_olla import random_dag, topological_orders
 
-from remat.errors import InvalidGraphError, RematError
+from remat.core.errors import InvalidGraphError, RematError
 from solvers.olla import order_peak, solve_order
 from solvers.order_search import greedy_order
 

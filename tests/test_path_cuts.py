@@ -223,7 +223,7 @@ def test_path_cuts_on_models_we_did_not_write(model):
     from dropin import assert_residuals_within_plan_or_warned
     from test_checkmate import dropin_we_did_not_write, mlp_we_did_not_write, plan_we_did_not_write
 
-    from remat.schedule import replay
+    from remat.core.schedule import replay
 
     _, _, g, b = mlp_we_did_not_write(model)
     on, off = plan_we_did_not_write(model), plan_we_did_not_write(model, path_cuts=False)
@@ -237,7 +237,7 @@ def test_path_cuts_on_models_we_did_not_write(model):
 
 
 def test_bad_input_is_a_typed_error():
-    from remat.errors import SolverError
+    from remat.core.errors import SolverError
 
     P = _chain_problem(L=6)
     z = np.zeros((P.n, P.n))

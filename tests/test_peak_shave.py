@@ -15,9 +15,14 @@ import policies
 import remat
 from policies.from_checkpoints import plan_from_steps
 from policies.peak_shave import PeakShave
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError, RematError
-from remat.graph import make_graph
-from remat.schedule import replay
+from remat.core.errors import (
+    BudgetFormatError,
+    InfeasibleBudgetError,
+    InvalidGraphError,
+    RematError,
+)
+from remat.core.graph import make_graph
+from remat.core.schedule import replay
 from solvers.peak_shave import shave_peak
 
 

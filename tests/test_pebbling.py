@@ -13,7 +13,7 @@ from limits import SAFETY_S
 import policies
 import remat
 from policies.pebbling import Pebbling
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 from solvers.pebbling_bound import prove_infeasible
 
 
@@ -188,7 +188,7 @@ def test_checkmate_warm_started_by_dag_heuristics(path):
 
 
 def test_bound_rejects_bad_input_with_typed_errors():
-    from remat.errors import BudgetFormatError, InvalidGraphError
+    from remat.core.errors import BudgetFormatError, InvalidGraphError
 
     with pytest.raises(InvalidGraphError):
         prove_infeasible([(), (0,)], [1], 5)  # lengths differ

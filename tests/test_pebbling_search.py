@@ -13,14 +13,14 @@ from test_policy_properties import EXAMPLES
 
 import remat
 from policies.pebbling import Pebbling
-from remat.errors import (
+from remat.core.errors import (
     BudgetFormatError,
     InfeasibleBudgetError,
     InvalidGraphError,
     RematError,
     UnknownNameError,
 )
-from remat.schedule import replay
+from remat.core.schedule import replay
 from solvers.bounds import frontier_lower_bound
 from solvers.pebbling_search import (
     copy_ends,

@@ -5,8 +5,8 @@ import pytest
 
 import policies
 import remat
-from remat.errors import BudgetFormatError, InfeasibleBudgetError, InvalidPlanError
-from remat.plan import plan_from_order
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidPlanError
+from remat.core.plan import plan_from_order
 
 
 def test_validate_catches_missing_input():

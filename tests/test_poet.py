@@ -17,10 +17,10 @@ from poet_bruteforce import brute_force_energy  # noqa: E402
 
 import policies  # noqa: E402
 from policies.poet import Poet  # noqa: E402
-from remat.errors import InfeasibleBudgetError, SolverError  # noqa: E402
-from remat.graph import chain_graph, make_graph  # noqa: E402
-from remat.schedule import replay  # noqa: E402
-from remat.simulate import simulate  # noqa: E402
+from remat.core.errors import InfeasibleBudgetError, SolverError  # noqa: E402
+from remat.core.graph import chain_graph, make_graph  # noqa: E402
+from remat.core.schedule import replay  # noqa: E402
+from remat.core.simulate import simulate  # noqa: E402
 from solvers.poet import PoetProblem, cleanup_schedule, solve_poet  # noqa: E402
 
 
@@ -94,7 +94,7 @@ def test_milp_equals_brute_force(seed):
             continue
         assert sol.status == "optimal"
         assert sol.energy_j == pytest.approx(ref, rel=1e-9, abs=1e-9)
-        from remat.plan import Plan
+        from remat.core.plan import Plan
 
         plan = Plan(R=sol.R, S=sol.S, page_in=sol.M_in, page_out=sol.M_out, S_aux=sol.S_aux)
         plan.validate(g)

@@ -14,7 +14,7 @@ from limits import SAFETY_S
 import policies
 import remat
 from policies import BasePolicy, PolicyContext, checkpoint_all_plan
-from remat.errors import (
+from remat.core.errors import (
     InfeasibleBudgetError,
     NotApplicableError,
     SolverError,

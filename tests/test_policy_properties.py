@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, example, given, settings
 import policies
 import remat
 from remat.apply import apply_plan
-from remat.errors import InfeasibleBudgetError, NotApplicableError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, NotApplicableError, SolverTimeoutError
 from remat.scans import adjusted_graph
 
 N_EXAMPLES = 6

@@ -23,7 +23,7 @@ from jax.interpreters import ad, mlir
 
 import remat
 from remat import zoo
-from remat.errors import RematWarning, UnsupportedPrimitiveError
+from remat.core.errors import RematWarning, UnsupportedPrimitiveError
 from remat.flops import (
     eqn_flops,
     fallback_bytes,

@@ -117,7 +117,7 @@ def test_benchmark_heuristic_row_records_the_chosen_policy_time_and_rewrites_an_
 def test_bad_input_is_a_typed_error(tmp_path):
     import pytest
 
-    from remat.errors import RematError
+    from remat.core.errors import RematError
 
     with pytest.raises(RematError, match="tol"):
         progress_rows([], [_row("milp", 1.0, 1.0)], tol=-0.1)

@@ -19,9 +19,9 @@ import policies
 import remat
 from policies.checkmate import Checkmate
 from policies.reorder import check_order, plan_in_program_order, relabel
-from remat.errors import InvalidGraphError, InvalidPlanError, RematError
-from remat.graph import make_graph
-from remat.schedule import replay
+from remat.core.errors import InvalidGraphError, InvalidPlanError, RematError
+from remat.core.graph import make_graph
+from remat.core.schedule import replay
 
 
 def random_topological_order(g, seed: int) -> np.ndarray:
@@ -156,7 +156,7 @@ def fan_and_skip_graph(k: int = 6, chain: int = 6):
 
 def test_no_milp_incumbent_in_the_new_order_returns_the_pebbling_plan(monkeypatch):
     import policies.checkmate as pc
-    from remat.errors import SolverTimeoutError
+    from remat.core.errors import SolverTimeoutError
 
     g = fan_and_skip_graph()
     b = 130

@@ -12,7 +12,7 @@ import pytest
 from limits import SAFETY_S
 from test_checkmate import _random_problem
 
-from remat.errors import SolverError
+from remat.core.errors import SolverError
 from solvers.checkmate import min_feasible_budget, solve_checkmate
 from solvers.checkmate.formulation import Formulation, add_checkmate_core, decode_schedule
 from solvers.checkmate.problem import (

@@ -11,7 +11,7 @@ import pytest
 import remat
 from policies.chain_dp import ChainDP, chain_problem
 from policies.griewank import Griewank
-from remat.errors import InfeasibleBudgetError, NotApplicableError
+from remat.core.errors import InfeasibleBudgetError, NotApplicableError
 from solvers.revolve import beta, repetition_number, revolve_cost
 
 

@@ -1,4 +1,4 @@
-"""Sage (MobiSys 2022): graph passes (remat.passes), the hybrid policy (policies.sage), its
+"""Sage (MobiSys 2022): graph passes (remat.core.passes), the hybrid policy (policies.sage), its
 BatchNorm rule and the dynamic budget trace.  Gradients are checked against
 ``jax.value_and_grad`` of the original function; memory against the executor's measurement."""
 
@@ -15,9 +15,11 @@ from mlp_models import mlp_setup, relu_mlp_loss
 
 import policies
 import remat
+from experiments.figures.sage_passes import pass_report
 from policies.sage import Sage, budget_at, plans_for_trace, sage_steps
-from remat import microbatch, passes
-from remat.errors import BudgetFormatError, InfeasibleBudgetError
+from remat import microbatch
+from remat.core import passes
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
 from remat.planning import planning_context
 
 
@@ -73,7 +75,7 @@ def test_fusion_lowers_memory_keeps_flops_and_reduction_trades_flops(mlp):
         passes.reduce_subgraphs(fu, k_w=0)
     with pytest.raises(remat.errors.NotApplicableError):
         passes.reduce_subgraphs(eq)  # not a fused graph
-    r = passes.pass_report(loss, params, batch)
+    r = pass_report(loss, params, batch)
     assert r.fused_peak_bytes == fu.no_remat_peak() and r.unfused_nodes == eq.n
     assert r.reduced_removed == n and r.fused_nodes < eq.n
 

@@ -30,7 +30,7 @@ import remat
 from policies.scan_layers import frontier
 from remat._jax_compat import JAX_VERSION
 from remat.apply import apply_plan
-from remat.errors import InfeasibleBudgetError, NotApplicableError
+from remat.core.errors import InfeasibleBudgetError, NotApplicableError
 from remat.measurement import residual_bytes
 from remat.scans import ScanDecision, adjusted_graph, unroll_scans
 

@@ -1,6 +1,6 @@
 """The replay memory model (remat.schedule.replay, remat.simulate) against hand counts.
 
-Every expected number below was counted by hand from the rules in :mod:`remat.plan`: entering
+Every expected number below was counted by hand from the rules in :mod:`remat.core.plan`: entering
 step t the live set is S[t]; a computed node allocates its output; a value is freed right after
 its last reader in the step unless it is carried into S[t+1]; a resident value that is neither
 read nor carried is dropped at the step start (it still counts in ``step_start_bytes``).
@@ -14,8 +14,8 @@ import pytest
 
 import remat
 from policies import checkpoint_all_plan
-from remat.errors import InvalidPlanError
-from remat.schedule import replay
+from remat.core.errors import InvalidPlanError
+from remat.core.schedule import replay
 
 # x(0) -> y(1) -> z(2) -> w(3) -> v(4), plus x -> v (a long skip edge).
 NAMES = ["x", "y", "z", "w", "v"]

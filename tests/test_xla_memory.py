@@ -18,7 +18,7 @@ from xla_subprocess import run_json
 import policies
 import remat
 from remat import xla_memory
-from remat.graph import chain_graph
+from remat.core.graph import chain_graph
 
 TOL = {"tanh_mlp": 0.10, "plain_transformer": 0.10, "linen_cnn": 0.15}
 """Predicted temp within 10% of the compiled one (both JAX ends), 15% on the CNN: its sqrt(n)

@@ -16,7 +16,7 @@ import pytest
 
 import remat
 import remat.zoo as zoo
-from remat.errors import RematError, UnknownNameError
+from remat.core.errors import RematError, UnknownNameError
 from remat.zoo import ModelOptionError
 
 ALL = ["bert_small", "gpt2_small", "mlp", "mobilenet_v2", "resnet18", "resnet50", "squeezenet",

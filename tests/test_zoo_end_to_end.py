@@ -10,7 +10,7 @@ from limits import SAFETY_S
 
 import policies
 import remat
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 
 TINY = {
     "mlp": dict(depth=6, width=32),

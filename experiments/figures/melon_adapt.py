@@ -37,9 +37,9 @@ import numpy as np
 import remat
 from experiments.tables import write_rows
 from policies.melon import Melon
+from remat.core.events import STEP
+from remat.core.layout import lifetimes
 from remat.devices import get as get_device
-from remat.events import STEP
-from remat.layout import lifetimes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "results" / "melon_adapt.csv"

@@ -43,9 +43,9 @@ import policies
 import remat
 from experiments.tables import write_rows
 from policies.melon import Melon
+from remat.core.errors import InfeasibleBudgetError, RematError
+from remat.core.layout import allocate
 from remat.devices import get as get_device
-from remat.errors import InfeasibleBudgetError, RematError
-from remat.layout import allocate
 from remat.planning import planning_context
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

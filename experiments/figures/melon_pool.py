@@ -28,7 +28,7 @@ import time
 import policies
 import remat
 from experiments.tables import write_rows
-from remat.layout import lifetimes
+from remat.core.layout import lifetimes
 from solvers.melon_pool import COMPARED, pool_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

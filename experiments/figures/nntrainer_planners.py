@@ -31,7 +31,7 @@ import policies
 import remat
 import solvers.melon_pool  # noqa: F401  (registers the "melon" placement)
 from experiments.tables import write_rows
-from remat.layout import PLACEMENTS, lifetimes, max_live_lower_bound, validate
+from remat.core.layout import PLACEMENTS, lifetimes, max_live_lower_bound, validate
 from solvers.nntrainer_plan import (
     INPLACE,
     OTHER,

@@ -42,7 +42,7 @@ import numpy as np
 
 import policies
 import remat
-from remat.layout import lifetimes, max_live_lower_bound
+from remat.core.layout import lifetimes, max_live_lower_bound
 from solvers.nntrainer_plan import CD, OTHER, POOL, execution_orders, residency
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

@@ -73,7 +73,7 @@ def xla_memory(loss, params, batch) -> tuple[int, int, float]:
 
 
 def arenas(graph, plan) -> dict[str, int]:
-    from remat import layout
+    from remat.core import layout
 
     lt = layout.lifetimes(plan.validate(graph))
     out = {"max_live": layout.max_live_lower_bound(lt.intervals, lt.sizes)}
@@ -86,7 +86,7 @@ def run_model(model: str, batch_size: int, stages: str, limit: float, xla) -> di
     import policies
     import remat
     from policies.olla import olla_order, olla_placement
-    from remat import layout
+    from remat.core import layout
 
     loss, params, batch = remat.zoo.get(model, batch_size=batch_size)
     t0 = time.perf_counter()

@@ -45,7 +45,7 @@ import sage_common as sc  # noqa: E402
 import policies  # noqa: E402
 from experiments.tables import write_rows
 from policies.sage import Sage  # noqa: E402
-from remat.schedule import replay  # noqa: E402
+from remat.core.schedule import replay  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "results" / "sage_min_memory.csv"

@@ -31,7 +31,7 @@ import numpy as np
 import remat
 from experiments.tables import write_rows
 from policies.sage import Sage
-from remat.errors import InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError
 from remat.planning import planning_context
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

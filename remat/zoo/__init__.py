@@ -40,7 +40,7 @@ import importlib
 import inspect
 from typing import Any
 
-from remat.errors import UnknownNameError
+from remat.core.errors import UnknownNameError
 from remat.zoo._common import ModelOptionError, ModelSpec
 
 __all__ = ["ModelSpec", "ModelOptionError", "UnknownOptionError", "available", "get",

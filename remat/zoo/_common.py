@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from remat.errors import RematError
+from remat.core.errors import RematError
 
 
 class ModelOptionError(RematError, ValueError):

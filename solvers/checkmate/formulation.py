@@ -59,7 +59,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.errors import SolverError
+from remat.core.errors import SolverError
 from solvers.checkmate.problem import CheckmateProblem, normalize
 from solvers.milp import INF, MilpModel
 

@@ -27,7 +27,7 @@ import math
 import threading
 from collections.abc import Sequence
 
-from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from solvers.checkmate.formulation import Formulation
 from solvers.checkmate.milp import LazyCancel, SolveClock, _LpBound, _solve_lazy
 from solvers.checkmate.problem import CheckmateProblem, CheckmateSolution, rel_gap

@@ -27,7 +27,7 @@ import dataclasses
 import math
 import threading
 
-from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from solvers.checkmate.formulation import (
     Formulation,
     add_checkmate_core,

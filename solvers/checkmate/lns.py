@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 from solvers.checkmate.formulation import (
     Formulation,
     add_checkmate_core,

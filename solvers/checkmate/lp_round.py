@@ -13,7 +13,7 @@ from types import ModuleType
 
 import numpy as np
 
-from remat.errors import InfeasibleBudgetError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
 from solvers.checkmate.formulation import Formulation, add_checkmate_core
 from solvers.checkmate.frontier import check_frontier_schedule
 from solvers.checkmate.milp import (
@@ -82,7 +82,7 @@ def solve_checkmate_lp(
     Args:
       time_limit: seconds for everything (LPs, roundings, fallbacks).
       heuristic_fallback: when no rounding fits, fall back as above; ``False`` raises
-        :class:`~remat.errors.SolverTimeoutError` carrying the LP bound instead (for a caller
+        :class:`~remat.core.errors.SolverTimeoutError` carrying the LP bound instead (for a caller
         that already has the heuristics' schedules: on the n = 500 published DAG the fallback
         re-ran them for 20 s past the time limit).
 

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from remat.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
+from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
 from solvers.checkmate.formulation import (
     CheckmateVars,
     Formulation,

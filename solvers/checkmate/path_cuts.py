@@ -71,7 +71,7 @@ import time
 
 import numpy as np
 
-from remat.errors import SolverError
+from remat.core.errors import SolverError
 from solvers.checkmate.formulation import CheckmateVars, Formulation, add_checkmate_core
 from solvers.checkmate.problem import CheckmateProblem
 from solvers.milp import INF, MilpModel, set_highs_threads

@@ -3,7 +3,7 @@
 A schedule is Checkmate's *frontier advancing* pair ``R``/``S`` (``bool[T, n]``, ``T = n``):
 step ``t`` computes node ``t`` for the first time (``R[t, t] = 1``), may recompute earlier nodes
 (``R[t, i]``, ``i < t``) and starts with the outputs ``S[t, i] = 1`` (``i < t``) resident.
-Memory (bytes) follows the replay semantics of :mod:`remat.schedule`: nodes of a step run in
+Memory (bytes) follows the replay semantics of :mod:`remat.core.schedule`: nodes of a step run in
 index order; running node ``k`` needs its inputs resident and allocates its output; an output is
 freed after the last node of the step that reads it unless it is carried into ``S[t+1]``.
 """
@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from remat.errors import SolverError
+from remat.core.errors import SolverError
 from solvers.bounds import frontier_lower_bound
 
 __all__ = [
@@ -168,12 +168,12 @@ def schedule_cost(problem: CheckmateProblem, R: np.ndarray) -> float:
 
 
 def schedule_memory(problem: CheckmateProblem, R: np.ndarray, S: np.ndarray) -> tuple[int, np.ndarray]:
-    """Peak bytes of a schedule under the one memory semantics (:mod:`remat.events`).
+    """Peak bytes of a schedule under the one memory semantics (:mod:`remat.core.events`).
 
     Returns ``(peak_bytes, step_peak)`` with ``step_peak`` ``int64[T]`` bytes (the most bytes
     live at any moment of each step).  The schedule is not checked for legality here.
     """
-    from remat.events import lower_arrays
+    from remat.core.events import lower_arrays
 
     ev = lower_arrays(problem.sizes, problem.edges, np.asarray(R, bool), np.asarray(S, bool),
                       strict=False)

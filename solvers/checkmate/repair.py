@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from remat.errors import SolverError, SolverTimeoutError
+from remat.core.errors import SolverError, SolverTimeoutError
 from solvers.checkmate.formulation import Formulation, add_checkmate_core, decode_schedule
 from solvers.checkmate.problem import CheckmateProblem, normalize, schedule_memory
 from solvers.milp import MilpModel

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 
-from remat.errors import BudgetFormatError
+from remat.core.errors import BudgetFormatError
 
 __all__ = ["Modelled", "modelled", "parse_budget", "resolve_budget", "resolve_against"]
 

@@ -1,9 +1,9 @@
 """The event program: a plan's execution lowered to one ordered list of memory events.
 
 This module is the single executable form of the memory semantics documented in
-:mod:`remat.plan` and :mod:`remat.schedule`.  :func:`remat.schedule.replay` is a fold over its
+:mod:`remat.core.plan` and :mod:`remat.core.schedule`.  :func:`remat.core.schedule.replay` is a fold over its
 events, :meth:`remat.Plan.validate` and :func:`remat.simulate` go through it, the executor
-(:func:`remat.execute`) interprets it, and :mod:`remat.layout` reads allocation lifetimes off it.
+(:func:`remat.execute`) interprets it, and :mod:`remat.core.layout` reads allocation lifetimes off it.
 Nothing else decides when a value dies.  It imports numpy only, so solvers can call
 :func:`lower_arrays` on raw arrays without a :class:`~remat.Graph`.
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidGraphError, InvalidPlanError
+from remat.core.errors import InvalidGraphError, InvalidPlanError
 
 __all__ = [
     "COMPUTE",
@@ -187,7 +187,7 @@ def lower_arrays(
     Args:
       sizes: ``int64[n]`` output bytes per node.
       edges: ``int[m, 2]`` data edges ``(src, dst)`` with ``src < dst`` (topological order).
-      R, S: ``bool[T, n]`` compute and retain matrices (see :mod:`remat.plan`).
+      R, S: ``bool[T, n]`` compute and retain matrices (see :mod:`remat.core.plan`).
       page_in, page_out, S_aux: optional ``bool[T, n]`` POET paging matrices; without ``S_aux``
         storage holds every value paged out in an earlier step.
       strict: raise :class:`InvalidPlanError` on an illegal schedule (see :func:`lower`).

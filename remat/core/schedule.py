@@ -1,6 +1,6 @@
-"""Replay of a plan's memory behaviour, step by step (the semantics in :mod:`remat.plan`).
+"""Replay of a plan's memory behaviour, step by step (the semantics in :mod:`remat.core.plan`).
 
-The memory model lives in one executable form, the event program of :mod:`remat.events`;
+The memory model lives in one executable form, the event program of :mod:`remat.core.events`;
 :func:`replay` is a fold over it (the per-compute live bytes, the step-start bytes, the peak).
 :func:`remat.simulate` reports from it, :meth:`Plan.validate` checks legality with it, and the
 executor interprets the same events.  It shares no code with the MILP builders in :mod:`solvers`.
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.events import COMPUTE, Events, lower
+from remat.core.events import COMPUTE, Events, lower
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Replay:
 
 
 def replay(graph: Any, plan: Any, *, strict: bool = True) -> Replay:
-    """Replay ``plan`` on ``graph`` (see :mod:`remat.plan` for the semantics).
+    """Replay ``plan`` on ``graph`` (see :mod:`remat.core.plan` for the semantics).
 
     Args:
       strict: raise :class:`InvalidPlanError` on an illegal plan (missing input, carrying a value

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidGraphError
+from remat.core.errors import InvalidGraphError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,7 @@ class Graph:
 
     def summary(self) -> str:
         """One-line description for CLIs and notebooks."""
-        from remat.errors import format_bytes
+        from remat.core.errors import format_bytes
 
         return (
             f"{self.name}: {len(self.forward_nodes)} forward + {len(self.backward_nodes)} backward "

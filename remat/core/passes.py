@@ -34,23 +34,24 @@ fuses fewer than ``K_h`` ops (monadic fused ops); ``K_w = K_h = 5`` as in the pa
 :func:`fuse`'s graph: the group's values are not stored, its consumers read its inputs, and each
 consumer group pays its FLOPs.
 
-:func:`pass_report` measures both effects for one function (no-remat peak bytes and total
-FLOPs: unfused, fused, fused + reduced).
+Operator classes of an extracted graph's equations come with its program
+(``graph.program.eqn_classes``, classified on the JAX side by :func:`remat.stages.eqn_class`);
+this module imports no JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from remat.errors import InvalidGraphError, NotApplicableError
-from remat.graph import Graph
+from remat.core.errors import InvalidGraphError, NotApplicableError
+from remat.core.graph import Graph
 
-__all__ = ["SYMMETRICAL", "OPAQUE", "K_W", "K_H", "op_class", "eqn_class", "fusion_labels", "NodeInfo",
-           "node_info", "fuse", "reducible_groups", "reduce_subgraphs", "PassReport", "pass_report"]
+__all__ = ["SYMMETRICAL", "OPAQUE", "K_W", "K_H", "op_class", "fusion_labels", "NodeInfo",
+           "node_info", "fuse", "reducible_groups", "reduce_subgraphs"]
 
 #: Sage's thresholds (§3.2.2): inputs of a variadic fused op, fused-op count of a monadic one.
 K_W = 5
@@ -82,27 +83,6 @@ def op_class(name: str) -> str:
     if name in OPAQUE:
         return "opaque"
     return "asymmetrical"
-
-
-_CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat2", "checkpoint")  # remat2: jax.checkpoint
-
-
-def eqn_class(eqn: Any) -> str:
-    """:func:`op_class` of a leaf equation; a custom-derivative call (``jax.nn.relu``,
-    ``jax.nn.gelu``) takes the class of its body: symmetrical when every primitive in it is,
-    asymmetrical when one is not (opaque when one is opaque)."""
-    name = eqn.primitive.name if hasattr(eqn, "primitive") else str(eqn)
-    if name not in _CUSTOM and name not in _CALLS:
-        return op_class(name)
-    from remat._jax_compat import call_body, open_jaxpr
-
-    body = call_body(eqn) if getattr(eqn, "params", None) else None
-    if body is None:
-        return "opaque"
-    kinds = {eqn_class(e) for e in open_jaxpr(body).eqns}
-    return ("opaque" if "opaque" in kinds else
-            "asymmetrical" if "asymmetrical" in kinds else "symmetrical")
 
 
 def fusion_labels(names: Sequence[str]) -> np.ndarray:
@@ -159,7 +139,7 @@ def node_info(graph: Graph) -> NodeInfo:
         raise NotApplicableError("Sage's graph passes need an extracted graph (op classes)")
     kinds, n_ops, n_in = [], [], []
     for i in range(graph.n):
-        cls = {eqn_class(prog.eqns[j]) for j in prog.node_eqns[i]}
+        cls = {prog.eqn_classes[j] for j in prog.node_eqns[i]}
         kinds.append("opaque" if "opaque" in cls else
                      "asymmetrical" if "asymmetrical" in cls else "symmetrical")
         n_ops.append(len(prog.node_eqns[i]))
@@ -293,54 +273,3 @@ def reduce_subgraphs(fused: Graph, *, k_w: int = K_W, k_h: int = K_H) -> tuple[G
     return Graph(nodes=nodes, edges=tuple(sorted(edges)), param_bytes=fused.param_bytes,
                  input_bytes=fused.input_bytes, name=f"{fused.name}+reduced",
                  meta=meta), len(red)
-
-
-@dataclasses.dataclass(frozen=True)
-class PassReport:
-    """Memory and FLOP effect of Sage's graph passes on one function.
-
-    Attributes (bytes are no-remat peaks, :meth:`Graph.no_remat_peak`; FLOPs per training step):
-      unfused_nodes, unfused_peak_bytes, unfused_flops: ``stages="eqn"`` (every equation a node,
-        every value materialised: Sage's unoptimised CO graph).
-      fused_nodes, fused_peak_bytes, fused_flops: :func:`fuse` of that graph (``fused_nodes``:
-        its fusion groups, the kernels).
-      reduced_nodes, reduced_peak_bytes, reduced_flops, reduced_removed: fusion + subgraph
-        reduction (:func:`reduce_subgraphs`; ``reduced_removed`` groups recomputed inline,
-        ``reduced_nodes`` the groups left).
-      stage_nodes, stage_peak_bytes: the executable ``stages="sage"`` graph (forward fusion
-        groups as stages, backward mirrors); auto_nodes, auto_peak_bytes: ``stages="auto"``.
-    """
-
-    unfused_nodes: int
-    unfused_peak_bytes: int
-    unfused_flops: float
-    fused_nodes: int
-    fused_peak_bytes: int
-    fused_flops: float
-    reduced_nodes: int
-    reduced_peak_bytes: int
-    reduced_flops: float
-    reduced_removed: int
-    stage_nodes: int
-    stage_peak_bytes: int
-    auto_nodes: int
-    auto_peak_bytes: int
-
-
-def pass_report(fn: Callable, *args: Any, argnums: int | Sequence[int] = 0,
-                k_w: int = K_W, k_h: int = K_H) -> PassReport:
-    """Extract ``fn`` per equation, fuse and reduce it; extract ``stages="sage"`` and
-    ``"auto"`` for reference."""
-    from remat.extraction import extract
-
-    eq = extract(fn, *args, stages="eqn", argnums=argnums)
-    fu = fuse(eq)
-    red, removed = reduce_subgraphs(fu, k_w=k_w, k_h=k_h)
-    groups = int(fu.meta["fusion_labels"].max()) + 1 if fu.n else 0
-    st = extract(fn, *args, stages="sage", argnums=argnums)
-    au = extract(fn, *args, stages="auto", argnums=argnums)
-    return PassReport(
-        eq.n, eq.no_remat_peak(), float(eq.flops_array.sum()),
-        groups, fu.no_remat_peak(), float(fu.flops_array.sum()),
-        groups - removed, red.no_remat_peak(), float(red.flops_array.sum()), removed,
-        st.n, st.no_remat_peak(), au.n, au.no_remat_peak())

@@ -13,11 +13,11 @@ the step recomputes stays until its recomputation, which replaces it).  ``S[t+1,
 ``i`` live at the end of step ``t``.
 
 POET plans add ``S_aux`` (held in secondary storage entering step t), ``page_out`` and
-``page_in`` (transfers during step t); see :mod:`remat.schedule` for their semantics.
+``page_in`` (transfers during step t); see :mod:`remat.core.schedule` for their semantics.
 
-These rules are executable in one place: :func:`remat.events.lower` turns a plan into its event
+These rules are executable in one place: :func:`remat.core.events.lower` turns a plan into its event
 program (compute, free, page-out, page-in), which :meth:`Plan.validate`, the replay, the
-simulator, the executor and the layout pass (:mod:`remat.layout`) all consume.
+simulator, the executor and the layout pass (:mod:`remat.core.layout`) all consume.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remat.errors import InvalidPlanError
+from remat.core.errors import InvalidPlanError
 
 if TYPE_CHECKING:
-    from remat.events import Events
+    from remat.core.events import Events
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -45,9 +45,9 @@ class Plan:
       page_in: optional ``bool[T, n]``: copy node i's output back to device memory in step t.
       S_aux: optional ``bool[T, n]``: node i's output is held in secondary storage entering step t.
       offsets: optional ``int64[A]`` byte offsets in one memory arena, one per *allocation* of the
-        plan's event program in allocation order (:mod:`remat.events`: every compute, and every
+        plan's event program in allocation order (:mod:`remat.core.events`: every compute, and every
         page-in that brings a value back, allocates; a node computed k times has k entries).
-        Filled by :func:`remat.layout.allocate`; checked by :meth:`validate`.
+        Filled by :func:`remat.core.layout.allocate`; checked by :meth:`validate`.
       microbatches: number of micro-batches the batch is split into (gradients accumulated).
       meta: ``policy``, ``budget`` (bytes or None), ``status`` (``optimal``, ``feasible``,
         ``time_limit``, ``heuristic``), ``solve_time_s``, ``gap`` (where a solver ran), ...
@@ -114,13 +114,13 @@ class Plan:
         node otherwise.  Rules: shapes match; every node runs at least once; ``S[0]`` is empty
         (paging aside); a node runs only when all its inputs are resident; an output can be held
         into step t+1 only if it was resident at the end of step t; ``offsets``, when present,
-        are a valid layout of the plan's allocations (:func:`remat.layout.validate`).
+        are a valid layout of the plan's allocations (:func:`remat.core.layout.validate`).
 
         Returns:
-          The plan's event program (:func:`remat.events.lower`), so callers need not lower twice.
+          The plan's event program (:func:`remat.core.events.lower`), so callers need not lower twice.
         """
-        from remat import layout
-        from remat.events import lower
+        from remat.core import layout
+        from remat.core.events import lower
 
         if self.R.shape[1] != graph.n:
             raise InvalidPlanError(f"plan has {self.R.shape[1]} columns, graph has {graph.n} nodes")

@@ -19,8 +19,8 @@ import math
 import os
 from typing import Any
 
-from remat.errors import InvalidGraphError
-from remat.graph import Graph, make_graph
+from remat.core.errors import InvalidGraphError
+from remat.core.graph import Graph, make_graph
 
 _CHECKMATE = ("cost_cpu", "cost_ram")
 _MOCCASIN = ("duration", "out_cost")

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from remat import layout
-from remat.graph import Graph
-from remat.plan import Plan
-from remat.schedule import fold
+from remat.core import layout
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import fold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ def simulate(
         costs ``device.page_out_cost(out_bytes[i])`` / ``page_in_cost`` (time s, energy J),
         reported as ``paging_time_s``/``paging_energy_j`` and included in ``energy_j``.
       placement: layout used for ``arena_bytes`` when the plan has no ``offsets`` (a name from
-        :data:`remat.layout.PLACEMENTS` or a placement function); ``None`` skips the layout.
+        :data:`remat.core.layout.PLACEMENTS` or a placement function); ``None`` skips the layout.
 
     Returns:
       A :class:`Report`.
@@ -86,7 +86,7 @@ def simulate(
         frag = arena / rep.peak_bytes - 1.0 if rep.peak_bytes > 0 else 0.0
     counts = plan.R.sum(axis=0)
     if isinstance(device, str):
-        from remat import devices
+        from remat.core import devices
 
         device = devices.get(device)
     if device is not None:

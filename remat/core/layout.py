@@ -1,12 +1,12 @@
 """Memory layout: allocation lifetimes and sizes in, byte offsets in one arena out.
 
-Every allocation of a plan's event program (:mod:`remat.events`: one per ``COMPUTE``, per
+Every allocation of a plan's event program (:mod:`remat.core.events`: one per ``COMPUTE``, per
 allocating ``PAGE_IN`` and per ``ALLOC``; a value computed k times has k allocations) lives over
 an inclusive interval ``[first event, last event]`` of event indices and occupies ``sizes[a]``
 bytes at ``[offsets[a], offsets[a] + sizes[a])``.  A layout is valid when no two allocations that
 are live at the same event overlap in address.
 
-* :func:`lifetimes` reads the intervals off an :class:`~remat.events.Events` program.
+* :func:`lifetimes` reads the intervals off an :class:`~remat.core.events.Events` program.
 * :func:`validate`, :func:`max_live_lower_bound` (the peak of live bytes: no layout uses less),
   :func:`arena_size` and :func:`fragmentation` (``arena / max_live - 1``) judge a layout.
 * A *placement* is any function ``(intervals int64[A, 2], sizes int64[A]) -> offsets int64[A]``
@@ -33,8 +33,8 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from remat.errors import InvalidPlanError, UnknownNameError
-from remat.events import FREE, Events
+from remat.core.errors import InvalidPlanError, UnknownNameError
+from remat.core.events import FREE, Events
 
 __all__ = [
     "Lifetimes",
