@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 
 _FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):  # before JAX starts (see DESIGN.md)
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):  # before JAX starts (see docs/architecture.md)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
 import argparse  # noqa: E402

@@ -31,8 +31,6 @@ import time
 from collections.abc import Callable
 from typing import ClassVar, Protocol, runtime_checkable
 
-import numpy as np
-
 from remat.core.budget import resolve_budget
 from remat.core.context import PolicyContext
 from remat.core.errors import (
@@ -43,7 +41,7 @@ from remat.core.errors import (
     UnknownNameError,
 )
 from remat.core.graph import Graph
-from remat.core.plan import Plan
+from remat.core.plan import Plan, checkpoint_all_plan
 from solvers.bounds import frontier_lower_bound
 
 _REGISTRY: dict[str, type] = {}
@@ -211,19 +209,6 @@ def available() -> list[str]:
 def budget_bytes(graph: Graph, budget, default) -> int | None:
     """The budget in bytes: ``budget`` if given, else the policy's own ``default``."""
     return resolve_budget(default if budget is None else budget, graph)
-
-
-def checkpoint_all_plan(graph: Graph) -> Plan:
-    """Run every node once in order, keeping each output until its last reader.
-
-    Step ``t`` computes node ``t``; ``S[t, i] = i < t <= last_reader[i]``.  Its simulated peak is
-    exactly :meth:`Graph.no_remat_peak`.
-    """
-    n = graph.n
-    t = np.arange(n)[:, None]
-    i = np.arange(n)[None, :]
-    S = (i < t) & (t <= graph.last_reader[None, :])
-    return Plan(R=np.eye(n, dtype=bool), S=S, meta={"policy": "checkpoint_all", "status": "optimal"})
 
 
 def choose_scores(score: str, scores: tuple[str, ...], policy: str) -> tuple[str, ...]:

@@ -53,6 +53,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat import devices
 from remat.core.errors import ExtractionError, RematWarning
 from remat.core.graph import Graph, make_graph
 from remat.core.scan_plan import aval_bytes
@@ -75,7 +76,7 @@ from remat.frontend import (
     origin_of,
     scope_of,
 )
-from remat.scans import analyse_scan
+from remat.scans import analyse_scan, unroll_scans
 from remat.stages import AUTO_MAX_STAGES, dependence, eqn_class, group_forward, group_keys, runs
 
 __all__ = ["extract", "scope_of", "Program", "LeafEqn", "Lit", "group_keys", "AUTO_MAX_STAGES"]
@@ -331,7 +332,6 @@ def _resolve_device(device):
     """A device profile: ``None`` -> ``remat.devices.get("host")``, a name -> that profile, any
     object with ``node_costs(graph) -> (times, energies)`` as is."""
     if device is None or isinstance(device, str):
-        from remat import devices
 
         return devices.get(device or "host")
     return device
@@ -424,7 +424,6 @@ def extract(
     except Exception as e:  # noqa: BLE001
         raise ExtractionError(f"tracing the loss failed: {type(e).__name__}: {e}") from e
     if scans == "unroll":
-        from remat.scans import unroll_scans
 
         closed_f = unroll_scans(closed_f)
     fwd = flatten(closed_f, INLINE_FORWARD)

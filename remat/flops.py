@@ -48,6 +48,14 @@ from typing import Any
 
 import numpy as np
 
+from remat._jax_compat import (
+    call_body,
+    cond_branches,
+    open_jaxpr,
+    scan_params,
+    summarize,
+    while_parts,
+)
 from remat.core.errors import UnsupportedPrimitiveError
 
 __all__ = ["eqn_flops", "jaxpr_flops", "conv_flops", "dot_flops", "FLOP_RULES", "where",
@@ -166,7 +174,6 @@ def conv_flops(lhs_shape, rhs_shape, out_shape, params: dict[str, Any]) -> float
 def where(eqn) -> str:
     """Human-readable origin of an equation: source line plus name stack."""
     try:
-        from remat._jax_compat import summarize
 
         src = summarize(eqn.source_info)
     except Exception:  # pragma: no cover - private API drift
@@ -177,26 +184,22 @@ def where(eqn) -> str:
 
 def jaxpr_flops(jaxpr) -> float:
     """Total FLOPs of a (closed or open) jaxpr, recursing into sub-jaxprs."""
-    from remat._jax_compat import open_jaxpr  # sub-jaxpr layouts differ between JAX versions
 
     return float(sum(eqn_flops(e) for e in open_jaxpr(jaxpr).eqns))
 
 
 def _scan(e) -> float:
-    from remat._jax_compat import scan_params
 
     sp = scan_params(e)
     return jaxpr_flops(sp.jaxpr) * sp.length
 
 
 def _cond(e) -> float:
-    from remat._jax_compat import cond_branches
 
     return max((jaxpr_flops(b) for b in cond_branches(e)), default=0.0)
 
 
 def _while(e) -> float:
-    from remat._jax_compat import while_parts
 
     cond, body, _, _ = while_parts(e)
     return jaxpr_flops(cond) + jaxpr_flops(body)
@@ -204,7 +207,6 @@ def _while(e) -> float:
 
 def _call(key: str) -> Callable:
     def rule(e) -> float:
-        from remat._jax_compat import call_body
 
         return jaxpr_flops(call_body(e, key))
 

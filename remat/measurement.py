@@ -25,7 +25,14 @@ import numpy as np
 
 __all__ = ["Measurement", "measure", "residual_bytes", "step_flops", "hlo_counts", "FLAG"]
 
+from remat import microbatch
+from remat._jax_compat import dce_jaxpr, open_jaxpr, saved_residuals
+from remat.apply import value_and_grad
 from remat.compiled_budget import FLAG  # noqa: E402  (re-exported)
+from remat.core.plan import checkpoint_all_plan  # noqa: E402
+from remat.extraction import extract
+from remat.flops import jaxpr_flops
+from remat.microbatch import microbatch_args
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +106,6 @@ def residual_bytes(fn: Callable, *args) -> tuple[int, str]:
     falls back to the leaves of ``jax.vjp``'s pullback minus the input arrays (runs the forward
     pass) where the installed JAX lacks it.
     """
-    from remat._jax_compat import saved_residuals
 
     try:
         res = saved_residuals(fn, *args)
@@ -118,8 +124,6 @@ def step_flops(step: Callable, *args) -> float:
     no output reads, e.g. loop-invariant values JAX hoists out of a scan twice).  XLA's
     ``cost_analysis()`` counts the body of a ``while`` loop (a compiled ``lax.scan``) once, so
     it under-counts scanned models."""
-    from remat._jax_compat import dce_jaxpr, open_jaxpr
-    from remat.flops import jaxpr_flops
 
     jaxpr = open_jaxpr(jax.make_jaxpr(step)(*args))
     try:
@@ -169,14 +173,12 @@ def measure(
     Returns:
       A :class:`Measurement`.
     """
-    from remat.apply import value_and_grad
 
     labels: dict[str, str] = {}
     vg = value_and_grad(fn, policy, budget=budget, microbatches=microbatches, argnums=argnums,
                         has_aux=has_aux, stages=stages, reduction=reduction)
     app = vg.applied(*args)
     k = vg.microbatches
-    from remat.microbatch import microbatch_args
 
     margs = microbatch_args(args, argnums, k) if k > 1 else args
 
@@ -275,15 +277,12 @@ def measure(
 def _executor_peak(fn, args, app, vg, margs) -> tuple[int, str]:
     import dataclasses as dc
 
-    import remat
-    from remat import microbatch
 
     loss = fn if not vg.has_aux else (lambda *a: fn(*a)[0])
     graph, plan = app.graph, app.plan
     if graph is None:
-        from policies import checkpoint_all_plan
 
-        graph = remat.extract(loss, *margs, stages=vg.stages, argnums=vg.argnums)
+        graph = extract(loss, *margs, stages=vg.stages, argnums=vg.argnums)
         plan = checkpoint_all_plan(graph)
         what = "checkpoint-all plan (no policy)"
     else:

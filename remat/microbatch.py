@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from remat import executor
 from remat.core.errors import MicrobatchError
 from remat.frontend import batch_size as _batch_size
 from remat.frontend import is_key as _is_key
@@ -243,14 +244,13 @@ def execute(graph, plan, *args, argnums: int | Sequence[int] | None = None, redu
       ``(value, grads, MicrobatchStats)`` with value and grads reduced as ``reduction`` says
       (shaped like ``jax.value_and_grad(fn, argnums)(*args)``).
     """
-    import remat
 
     if argnums is None:
         argnums = graph.meta.get("argnums", 0)
     k = int(plan.microbatches)
     t0 = time.perf_counter()
     if k == 1:
-        v, g, st = remat.execute(graph, plan, *args)
+        v, g, st = executor.execute(graph, plan, *args)
         return v, g, MicrobatchStats(int(st.peak_bytes), (int(st.peak_bytes),), 0, 1,
                                      time.perf_counter() - t0, (st,))
     stacked, spec = split_args(args, argnums, k)
@@ -260,7 +260,7 @@ def execute(graph, plan, *args, argnums: int | Sequence[int] | None = None, redu
         part = [s[j] for s in stacked]
         mb = merge(spec, part)
         mb = jax.block_until_ready(mb)
-        v, g, st = remat.execute(graph, plan, *mb)
+        v, g, st = executor.execute(graph, plan, *mb)
         peaks.append(int(st.peak_bytes))
         stats.append(st)
         if acc_g is None:

@@ -4,7 +4,7 @@
 :func:`planning_context` builds the :class:`~remat.core.context.PolicyContext` whose ``graph_at(k)``
 re-extracts the function at ``1/k`` of the batch, so a policy may choose micro-batches;
 :func:`execute_microbatched` runs a plan op by op on each micro-batch.  Used by
-:mod:`remat.apply`; imports :mod:`policies` only inside functions (the layer above).
+:mod:`remat.apply`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import policies
+from policies.base import BasePolicy
+from remat import microbatch
 from remat.core.context import PolicyContext
-from remat.core.errors import RematError
+from remat.core.errors import MicrobatchError, RematError
+from remat.core.plan import checkpoint_all_plan
+from remat.extraction import extract
+from remat.microbatch import microbatch_args
 
 __all__ = ["resolve_policy", "make_plan", "planning_context", "execute_microbatched"]
 
@@ -29,8 +35,6 @@ def resolve_policy(policy: Any, budget: Any = None):
     if policy is None:
         return None
     if isinstance(policy, str):
-        import policies
-
         takes_budget = budget is not None and "budget" in policies.option_names(policy)
         return policies.get(policy, **({"budget": budget} if takes_budget else {}))
     if hasattr(policy, "plan") and callable(policy.plan):
@@ -45,8 +49,6 @@ def make_plan(pol, graph, budget, ctx=None):
     """``pol.plan(graph, budget)``, handing ``ctx`` to policies of the contract
     (:class:`policies.base.BasePolicy`); other objects with a ``plan`` method get the graph and
     budget only."""
-    from policies.base import BasePolicy
-
     kw = {} if budget is None else {"budget": budget}
     if ctx is not None and isinstance(pol, BasePolicy):
         kw["ctx"] = ctx
@@ -63,9 +65,6 @@ def planning_context(fn: Callable, args: Sequence[Any], graph: Any, *,
     Raises (from ``graph_at``):
       MicrobatchError: ``k`` does not divide the batch, or ``fn`` has no batch to split.
     """
-    from remat.core.errors import MicrobatchError
-    from remat.extraction import extract
-    from remat.microbatch import microbatch_args
 
     cache = {1: graph}
     B = graph.meta.get("batch_size")
@@ -99,15 +98,12 @@ def execute_microbatched(
     Returns:
       ``(value, grads, MicrobatchStats, graph, plan)``.
     """
-    from remat import microbatch
-    from remat.extraction import extract
 
     k = int(microbatches)
     margs = microbatch.microbatch_args(args, argnums, k) if k > 1 else args
     graph = extract(fn, *margs, stages=stages, argnums=argnums)
     pol = resolve_policy(policy, budget)
     if pol is None:
-        from policies import checkpoint_all_plan
 
         plan = checkpoint_all_plan(graph)
     else:

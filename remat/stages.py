@@ -47,7 +47,7 @@ import numpy as np
 from remat._jax_compat import call_body, open_jaxpr, scan_params
 from remat.core.errors import ExtractionError
 from remat.core.passes import fusion_labels, op_class
-from remat.frontend import LeafEqn, Lit
+from remat.frontend import INLINE_FORWARD, LeafEqn, Lit, flatten
 
 __all__ = ["StageGroups", "eqn_class", "group_forward", "group_keys", "balanced", "runs", "dependence",
            "AUTO_MAX_STAGES"]
@@ -242,7 +242,6 @@ def _layer_units(eqns: Sequence[LeafEqn], out_ids, data_ids, param_ids) -> tuple
 
 def _scan_name(e: LeafEqn, scope: str) -> str:
     """``fwd/<scope>/<body scope>[scan x L]``: named after the modules in the scan's body."""
-    from remat.frontend import INLINE_FORWARD, flatten
 
     sp = scan_params(e)
     body = flatten(sp.jaxpr, INLINE_FORWARD)

@@ -74,11 +74,13 @@ import jax
 import numpy as np
 
 from remat import _jax_compat as compat
+from remat.core import layout
 from remat.core.errors import ExtractionError, InvalidPlanError
 from remat.core.scan_plan import aval_bytes
 from remat.flops import ELEMENTWISE
-from remat.frontend import INLINE_ALL, is_transpose
+from remat.frontend import INLINE_ALL, batch_size, is_transpose
 from remat.interpreter import plan_function
+from remat.microbatch import microbatch
 
 __all__ = ["predict_temp_bytes", "predict_step_temp_bytes", "temp_breakdown", "TempReport",
            "Rules", "RULES", "xnnpack_reductions"]
@@ -690,7 +692,6 @@ def _assign(temps, rules: Rules, p, ops, prod, want_detail, loop_bytes):
     elif rules.heap == "live":
         temp = _live_peak([(s, e, z) for s, e, z, _ in pending])
     else:
-        from remat.core import layout
 
         iv = np.array([(s, e) for s, e, _, _ in pending], dtype=np.int64)
         sz = np.array([z for _, _, z, _ in pending], dtype=np.int64)
@@ -784,8 +785,6 @@ def _predict(graph, plan, fn, rules, detail):
     args = prog.arg_shapes
     k = 1 if plan is None else int(plan.microbatches)
     if k > 1:
-        from remat.frontend import batch_size
-        from remat.microbatch import microbatch
 
         B = batch_size(args, prog.argnums)
         nums = (prog.argnums,) if isinstance(prog.argnums, int) else tuple(prog.argnums)

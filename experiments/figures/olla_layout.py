@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 
 FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
-if FLAG not in os.environ.get("XLA_FLAGS", ""):  # before JAX starts (see DESIGN.md)
+if FLAG not in os.environ.get("XLA_FLAGS", ""):  # before JAX starts (see docs/architecture.md)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FLAG).strip()
 
 import argparse  # noqa: E402

@@ -182,7 +182,7 @@ class Graph:
         (``remat.resolve_budget("90%", g)`` or ``"0.9x"``), as in Moccasin (``main.py``:
         ``B = math.ceil(topo_mem * mul)``, ``topo_mem`` from ``util.get_mem_from_schedule``)
         and the Checkmate budget sweeps. Equals the replayed peak of
-        :func:`policies.checkpoint_all_plan`.
+        :func:`remat.core.plan.checkpoint_all_plan`.
 
         Returns:
           Peak bytes (int); 0 for an empty graph.
