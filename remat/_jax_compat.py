@@ -4,7 +4,8 @@ Three kinds of internals, each read here and nowhere else:
 
 * private functions (``jax._src``), listed in :data:`INTERNALS` and resolved by
   :func:`internal`: name stacks and source summaries, ``eval_context``, ``saved_residuals``,
-  ``dce_jaxpr``; and one public function whose result changed (:func:`save_only_these_names`);
+  ``dce_jaxpr``; and public functions whose result changed (:func:`save_only_these_names`,
+  :func:`save_and_offload_only_these_names`);
 * equation parameters of control flow and calls: :func:`scan_params` (jax <= 0.11 stores
   ``num_consts``/``num_carry``; jax 0.12 stores flat trees ``ft_in``/``ft_out``),
   :func:`cond_branches`, :func:`while_parts`, :func:`call_body` (:data:`CALL_BODY`,
@@ -15,7 +16,8 @@ Three kinds of internals, each read here and nowhere else:
 
 :func:`check` resolves every internal and runs every accessor on a tiny traced program (scan,
 cond, while, jit, checkpoint, custom_jvp, custom_vjp); it returns the problems found, so a new
-JAX release is checked in one call (``tests/test_jax_compat.py``).
+JAX release is checked in one call (``tests/test_jax_compat.py``), the offloading policy
+included.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "WHILE_KEYS", "JaxInternalError", "internal", "check",
     "new_name_stack", "current_name_stack", "scope_names", "transform_names", "user_context",
     "summarize", "eval_context", "saved_residuals", "dce_jaxpr", "save_only_these_names",
+    "save_and_offload_only_these_names", "name_primitive",
     "ScanParams", "scan_params", "cond_branches", "while_parts", "call_body", "bind_params",
     "open_jaxpr", "jaxpr_consts", "is_literal", "is_dropvar",
 ]
@@ -156,6 +159,35 @@ def save_only_these_names(*names: str):
     if not hasattr(pol, "saveable_names"):
         pol.saveable_names = frozenset(names)
     return pol
+
+
+def save_and_offload_only_these_names(saved, offloaded, *, src: str = "device",
+                                      dst: str = "pinned_host"):
+    """``jax.checkpoint_policies.save_and_offload_only_these_names``: values tagged (by
+    ``checkpoint_name``) with a name in ``saved`` are saved, in ``offloaded`` are moved from memory
+    kind ``src`` to ``dst`` (``Offloadable``), every other value is recomputed.  The result carries
+    ``.saveable_names`` and ``.offloaded_names`` (frozensets)."""
+    saved, offloaded = frozenset(saved), frozenset(offloaded)
+    pol = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=sorted(saved), names_which_can_be_offloaded=sorted(offloaded),
+        offload_src=src, offload_dst=dst)
+
+    def policy(*args, **params):  # a plain function: the attributes below can be attached
+        return pol(*args, **params)
+
+    policy.saveable_names = saved
+    policy.offloaded_names = offloaded
+    return policy
+
+
+def name_primitive():
+    """The primitive ``jax.ad_checkpoint.checkpoint_name`` binds, with which checkpoint policies
+    are called for a tagged value (``policy(name_p, aval, name=...)``); read from a traced
+    program (``jax.ad_checkpoint.name_p`` is public only from jax 0.12)."""
+    from jax.ad_checkpoint import checkpoint_name
+
+    closed = jax.make_jaxpr(lambda x: checkpoint_name(x, "remat"))(0.0)
+    return open_jaxpr(closed).eqns[0].primitive
 
 
 def dce_jaxpr(jaxpr):
@@ -340,4 +372,10 @@ def check() -> list[str]:
             probe(found[0])
         except Exception as exc:  # noqa: BLE001 - report, do not raise
             problems.append(f"{names}: {type(exc).__name__}: {exc}")
+    try:  # remat.offload's policy: a tagged value is offloaded device -> pinned_host
+        got = save_and_offload_only_these_names((), ["remat"])(
+            name_primitive(), jax.ShapeDtypeStruct((), "float32"), name="remat")
+        assert (got.src, got.dst) == ("device", "pinned_host"), got
+    except Exception as exc:  # noqa: BLE001 - report, do not raise
+        problems.append(f"save_and_offload_only_these_names: {type(exc).__name__}: {exc}")
     return problems

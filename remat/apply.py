@@ -15,8 +15,10 @@ when the realisation keeps more than 10% more bytes than the plan counted):
 
 * a value read across a segment boundary from a recomputed stage (a skip connection) is kept,
   because ``jax.checkpoint`` saves the inputs of a checkpointed segment;
-* paging (POET page-outs) is applied as keeping the value on the device (``remat.execute``
-  runs it for real).
+* paging (POET page-outs): on a backend that realises offloading (probed once, GPU), a paged
+  forward value is offloaded to ``pinned_host`` where it enters a checkpointed segment
+  (:mod:`remat.offload`: ``Applied.offloaded_bytes``); elsewhere (XLA:CPU) it is kept on the
+  device, with a note and a warning (``remat.execute`` runs paging for real).
 
 Budgets: ``budget`` is the compiled step's temp bytes (``"50%"`` of the compiled no-remat
 step's), met by :mod:`remat.compiled_budget`'s closed loop; ``remat.modelled(spec)`` hands a
@@ -66,6 +68,7 @@ from remat.fidelity import (
     scan_decisions,
 )
 from remat.interpreter import as_function, interpreter
+from remat.offload import plan_offload
 from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
 from remat.segments import Segment, plan_segments
 
@@ -230,8 +233,9 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
     # JAX's own residuals there)
     trim = bool(plan.meta.get("trim_segments", not decisions))
     segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
-    remat_fn = as_function(interpreter(prog.forward, segs, scans=decisions), abstract,
-                           prog.fwd_out_tree)
+    off = plan_offload(graph, plan, segs, jax.default_backend())
+    remat_fn = as_function(interpreter(prog.forward, segs, scans=decisions, offload=off.tags),
+                           abstract, prog.fwd_out_tree)
     dots = sum(
         1
         for sg in segs if sg.remat
@@ -251,8 +255,10 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
     else:
         flops_graph = graph
     return Applied(graph, plan, plan.saved_forward(graph), segs, remat_fn,
-                   time.perf_counter() - t0, dots, predicted, realised, tuple(notes),
-                   tuple(warns), float(plan.R.sum(axis=0) @ flops_graph.flops_array))
+                   time.perf_counter() - t0, dots, predicted, realised,
+                   (*off.notes, *notes), (*off.warnings, *warns),
+                   float(plan.R.sum(axis=0) @ flops_graph.flops_array),
+                   offloaded_bytes=off.offloaded_bytes)
 
 
 # --------------------------------------------------------------------------- public API

@@ -13,15 +13,18 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    ``ACCEPT * T`` or recomputes nothing; otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio,
    kept inside the bracket of internal budgets known to fit / not to fit; their geometric mean
    when it falls outside);
-4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure); when
+4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure;
+   :func:`plan_key`: where paging is offloaded, a plan's page-outs make it distinct); when
    none fits, plan at the policy's smallest feasible internal budget and raise
    :class:`~remat.core.errors.InfeasibleBudgetError` naming the smallest compiled temp reached.
 
 Every round is recorded (:class:`Round`).  The figures are *compiled*, not measured or
-modelled.  XLA:CPU keeps ``jax.checkpoint`` only with the ``cse_barrier_expander`` pass off on
-some JAX versions (``remat.measurement.FLAG``); :func:`keeps_checkpoint` probes the backend once
-per process, and where it does not keep it the budget cannot be steered (the caller falls back to
-the modelled budget and says so).
+modelled, and count device memory only: where a plan's page-outs are offloaded
+(:mod:`remat.offload`), the host copies are not in the temp, so a paging plan is held to the
+budget by the device bytes it leaves.  XLA:CPU keeps ``jax.checkpoint`` only with the
+``cse_barrier_expander`` pass off on some JAX versions (``remat.measurement.FLAG``);
+:func:`keeps_checkpoint` probes the backend once per process, and where it does not keep it the
+budget cannot be steered (the caller falls back to the modelled budget and says so).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from remat.core.budget import Modelled, resolve_against
 from remat.core.errors import InfeasibleBudgetError, format_bytes
 
 __all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_temp_bytes",
-           "keeps_checkpoint", "fit"]
+           "keeps_checkpoint", "plan_key", "fit"]
 
 FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
 """The ``XLA_FLAGS`` value that keeps ``jax.checkpoint`` on XLA:CPU (set before JAX starts)."""
@@ -124,6 +127,17 @@ def keeps_checkpoint(platform: str | None = None) -> bool:
     return seg <= 0.8 * plain
 
 
+def plan_key(app) -> bytes:
+    """What makes two applied plans compile alike: ``R``, the micro-batches and, where the step
+    offloads paged values (``app.offloaded_bytes``), ``page_out``; plans differing in paging
+    alone compile alike where paging is kept on the device."""
+    plan = app.plan
+    key = np.asarray(plan.R).tobytes() + bytes(str(plan.microbatches), "ascii")
+    if getattr(app, "offloaded_bytes", 0) and getattr(plan, "page_out", None) is not None:
+        key += b"page_out" + np.asarray(plan.page_out).tobytes()
+    return key
+
+
 def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: int, *,
         first_budget: int, recomputes: Callable[[Any], bool], policy_name: str = "the policy",
         max_compiles: int = MAX_COMPILES, tolerance: float = TOLERANCE,
@@ -161,7 +175,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 break
             b, tried_min = int(math.ceil(e.min_feasible_bytes)), True
             continue
-        key = np.asarray(app.plan.R).tobytes() + bytes(str(app.plan.microbatches), "ascii")
+        key = plan_key(app)
         peak = app.plan.meta.get("peak_bytes")
         if key in seen:
             t = seen[key]
@@ -201,7 +215,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 rounds.append(Round(int(e.min_feasible_bytes), None, None, note=str(e2)))
                 app = None
         if app is not None:
-            key = np.asarray(app.plan.R).tobytes() + bytes(str(app.plan.microbatches), "ascii")
+            key = plan_key(app)
             t = seen.get(key)
             if t is None:
                 t = int(temp_of(app))

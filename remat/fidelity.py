@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from remat.core.errors import InvalidPlanError, RematWarning
+from remat._jax_compat import saved_residuals
+from remat.core.errors import InvalidPlanError, RematWarning, format_bytes
+from remat.scans import scan_nodes
 from remat.segments import Segment
 
 __all__ = ["FIDELITY_RTOL", "RematFidelityWarning", "Applied", "predicted_residual_bytes",
@@ -48,7 +50,6 @@ def predicted_residual_bytes(graph, plan) -> int:
     residuals of the rematerialized function, in the graph's model).  A scan with a decision
     keeps :meth:`remat.scans.ScanBody.cost` ``residual_bytes`` instead of JAX's stacked
     residuals."""
-    from remat.scans import scan_nodes
 
     prog = graph.program
     counts = plan.R.sum(axis=0)
@@ -72,7 +73,6 @@ def predicted_residual_bytes(graph, plan) -> int:
 
 
 def realised_residual_bytes(fn, args) -> int:
-    from remat._jax_compat import saved_residuals
 
     res = saved_residuals(fn, *args)
     return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
@@ -114,6 +114,9 @@ class Applied:
         compiled figures of each.
       abstract_args: the ``jax.ShapeDtypeStruct`` arguments ``fn`` was applied at (micro-batch
         sized when micro-batching).
+      offloaded_bytes: bytes of the plan's paged values that ``fn`` offloads to host memory
+        (:mod:`remat.offload`; ``residual_bytes`` counts them too), per micro-batch; 0 where the
+        backend does not realise offloading (the page-outs then stay on the device, noted).
     """
 
     graph: Any
@@ -134,6 +137,7 @@ class Applied:
     compiled_temp_bytes: int | None = None
     rounds: tuple = ()
     abstract_args: tuple = ()
+    offloaded_bytes: int = 0
 
     @property
     def exact(self) -> bool:
@@ -143,7 +147,6 @@ class Applied:
 
     def report(self) -> str:
         """One paragraph: predicted vs realised saved bytes and the notes."""
-        from remat.core.errors import format_bytes
 
         if self.plan is None:
             return "no plan: plain jax.value_and_grad"
@@ -155,15 +158,10 @@ class Applied:
 def fidelity_notes(graph, plan, segs, predicted: int, realised: int) -> tuple[list[str], list[str]]:
     """``(notes, warnings)``: every difference between the plan and its realisation (saved bytes
     below the prediction included), and those that cost memory the plan did not count (realised
-    saved bytes above the prediction by more than :data:`FIDELITY_RTOL`, approximated paging,
-    kept skip values)."""
+    saved bytes above the prediction by more than :data:`FIDELITY_RTOL`, kept skip values).
+    Paging is noted by :func:`remat.offload.plan_offload`."""
     notes, warn = [], []
     counts = plan.R.sum(axis=0)
-    if plan.paging:
-        msg = (f"{int(plan.page_out.sum())} page-outs applied as keeping the value on the device "
-               "(remat.execute runs paging for real)")
-        notes.append(msg)
-        warn.append(msg)
     prog = graph.program
     fwd = ~graph.is_backward_array
     seg_of = {}

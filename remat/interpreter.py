@@ -1,11 +1,12 @@
 """The drop-in's interpreter: a forward program re-evaluated with a plan's ``jax.checkpoint``
 segments (:mod:`remat.segments`), scan equations bound by their decisions
-(:func:`remat.scans.bind_scan`).  Used by :mod:`remat.apply` and :mod:`remat.xla_memory`.
+(:func:`remat.scans.bind_scan`), paged values offloaded at segment boundaries
+(:mod:`remat.offload`).  Used by :mod:`remat.apply` and :mod:`remat.xla_memory`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -13,6 +14,8 @@ import numpy as np
 from remat.core.errors import RematError
 from remat.fidelity import scan_decisions
 from remat.frontend import Lit, bind
+from remat.offload import policy as offload_policy
+from remat.offload import tag, tag_name
 from remat.scans import bind_scan
 from remat.segments import Segment, plan_segments, walk
 
@@ -47,11 +50,16 @@ def segment_io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
 
 
 def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
-                 prevent_cse: bool = True) -> Callable:
+                prevent_cse: bool = True,
+                offload: Mapping[tuple[int, int, int], Sequence[int]] | None = None) -> Callable:
     """``fun(*flat_args) -> flat outputs`` evaluating the forward program with ``segs``; scan
     equations with a decision in ``scans`` (leaf -> ``(ScanDecision, ScanBody)``) are bound
-    by :func:`remat.scans.bind_scan`."""
+    by :func:`remat.scans.bind_scan`.  ``offload`` (:attr:`remat.offload.Offload.tags`): per
+    checkpointed segment ``(start, stop, level)``, the input value ids its body tags on entry;
+    its policy then offloads them to host memory and recomputes the rest
+    (:func:`remat.offload.policy`)."""
     scans = scans or {}
+    offload = offload or {}
     eqns = forward.eqns
     consts = forward.const_env()
     io = segment_io(eqns, segs, forward.out_refs, set(consts))
@@ -61,14 +69,17 @@ def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
         for s in seg_list:
             if s.remat:
                 ins, outs = io[(s.start, s.stop, s.level)]
+                paged = tuple(offload.get((s.start, s.stop, s.level), ()))
 
-                def body(*vals, _s=s, _ins=ins, _outs=outs):
+                def body(*vals, _s=s, _ins=ins, _outs=outs, _paged=paged):
                     senv = dict(consts)
                     senv.update(zip(_ins, vals))
+                    senv.update((v, tag(senv[v], v)) for v in _paged)
                     run(_s.children, senv)
                     return tuple(senv[o] for o in _outs)
 
-                res = jax.checkpoint(body, policy=nothing, prevent_cse=prevent_cse)(
+                pol = offload_policy(tag_name(v) for v in paged) if paged else nothing
+                res = jax.checkpoint(body, policy=pol, prevent_cse=prevent_cse)(
                     *(env[i] for i in ins))
                 env.update(zip(outs, res))
                 continue
