@@ -237,3 +237,55 @@ def test_compiled_budget_end_to_end_with_the_flag():
         assert r["value_err"] < 1e-5 and r["grad_err"] < 1e-4, r
     fitted = [r for r in rows if not r["error"]]
     assert len(fitted) >= 3, json.dumps(rows)
+
+
+# ----------------------------------------------------------- generated models, the installed JAX
+@pytest.mark.parametrize("frontend", ("plain", "linen", "nnx"))
+def test_compiled_budget_on_generated_models(frontend):
+    """On models the project did not write (hypothesis: skip connections, concatenations, scanned
+    stacks, losses that do and do not read the network's output), a drop-in budget gives either
+    a step whose independently compiled temp is within the budget (+5%), a typed error naming a
+    larger smallest budget, or, where this JAX's XLA:CPU undoes ``jax.checkpoint`` (no flag in
+    this process), the modelled fallback with a warning. Value and gradients equal JAX's."""
+    import jax
+    from dropin import run_against_jax
+    from generated_models import LOSSES, build, specs
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from limits import SAFETY_S
+
+    import policies
+    from remat.fidelity import RematFidelityWarning
+
+    seen = {"semantics": set(), "losses": set()}
+
+    @settings(max_examples=5, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(specs(frontends=(frontend,), max_depth=5), st.sampled_from(LOSSES),
+           st.sampled_from(("50%", "70%", "90%")))
+    def check(spec, loss_name, budget):
+        spec = dataclasses.replace(spec, loss=loss_name)
+        seen["losses"].add(loss_name)
+        loss, params, batch = build(spec)
+        vg = remat.value_and_grad(loss, policies.get("checkmate", time_limit=SAFETY_S),
+                                  budget=budget)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                app = vg.applied(params, batch)
+            except InfeasibleBudgetError as e:
+                assert e.min_feasible_bytes > e.budget, (spec, budget)
+                seen["semantics"].add("infeasible")
+                return
+        seen["semantics"].add(app.budget_semantics)
+        run_against_jax(vg, loss, params, batch)
+        if app.budget_semantics == "compiled":
+            compiled = jax.jit(vg).lower(params, batch).compile().memory_analysis()
+            assert compiled.temp_size_in_bytes <= 1.05 * app.budget_bytes, (spec, budget)
+            assert compiled.temp_size_in_bytes == app.compiled_temp_bytes, (spec, budget)
+        else:
+            assert app.budget_semantics == "modelled-fallback", app.budget_semantics
+            assert any(issubclass(w.category, RematFidelityWarning) for w in caught), spec
+
+    check()
+    assert seen["semantics"] - {"infeasible"}, seen  # at least one budget was met, not refused
