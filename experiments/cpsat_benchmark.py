@@ -11,7 +11,7 @@ see the same graph.  ``infeasible`` rows carry the smallest feasible budget.
     python -m experiments.cpsat_benchmark --time-limit 20
     python -m experiments.cpsat_benchmark --time-limit 20 --solvers race --keep
 
-(``race``: both at once, first proof wins, :mod:`solvers.portfolio`, what ``remat compare``
+(``race``: both at once, first proof wins, :mod:`solvers.milp.backends.race`, what ``remat compare``
 uses; ``--keep`` keeps the rows already in the CSV and skips finished (model, budget, solver)
 rows.)  Writes ``experiments/results/cpsat_benchmark.csv``.  ``--solvers highs highs-full``
 compares HiGHS with the memory chain added lazily (the default) and whole
@@ -22,7 +22,7 @@ compares HiGHS with the memory chain added lazily (the default) and whole
 
 ``race`` races the lazy HiGHS loop against CP-SAT on the whole model
 (:mod:`solvers.checkmate.lazy_race`); ``race-full`` is the race on one model with the whole
-chain (:mod:`solvers.portfolio`, what ``race`` was before)::
+chain (:mod:`solvers.milp.backends.race`, what ``race`` was before)::
 
     python -m experiments.cpsat_benchmark --solvers race race-full \
         --out experiments/results/lazy_race_zoo.csv

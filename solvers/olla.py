@@ -70,11 +70,13 @@ import numpy as np
 
 from remat.core.errors import SolverTimeoutError
 from solvers.milp import INF, MilpModel
+from solvers.order_search import greedy_order
+from solvers.orders import interval_sweep, order_peak, order_profile
 
 __all__ = [
     "OrderSolution",
     "AddressSolution",
-    "order_peak",
+    "order_peak",  # defined in solvers.orders
     "solve_order",
     "overlapping_pairs",
     "solve_addresses",
@@ -112,41 +114,6 @@ class OrderSolution:
     num_binaries: int = 0
     num_rows: int = 0
     message: str = ""
-
-
-def order_peak(sizes: np.ndarray, edges: np.ndarray, order: Sequence[int]) -> int:
-    """Peak bytes of running every node once in ``order`` (eq. 13 evaluated): at each step the
-    bytes of the outputs created so far that the step or a later one reads, plus the step's own
-    output (an output nobody reads lives only at its own step).
-
-    Raises:
-      ValueError: ``order`` is not a topological order of ``edges``.
-    """
-    return int(_profile(sizes, edges, order).max(initial=0))
-
-
-def _profile(sizes: np.ndarray, edges: np.ndarray, order: Sequence[int]) -> np.ndarray:
-    """``int64[n]`` resident bytes at each step of ``order`` (see :func:`order_peak`)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    n = len(sizes)
-    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    pos = np.empty(n, dtype=np.int64)
-    pos[np.asarray(order, dtype=np.int64)] = np.arange(n)
-    if len(e) and (pos[e[:, 0]] >= pos[e[:, 1]]).any():
-        raise ValueError("order is not a topological order of the edges")
-    end = pos.copy()
-    if len(e):
-        np.maximum.at(end, e[:, 0], pos[e[:, 1]])
-    return _sweep(pos, end, sizes, n)
-
-
-def _sweep(start: np.ndarray, end: np.ndarray, sizes: np.ndarray, length: int) -> np.ndarray:
-    """``int64[length]``: at each index, the bytes of the items whose inclusive ``[start, end]``
-    covers it."""
-    diff = np.zeros(length + 1, dtype=np.int64)
-    np.add.at(diff, start, sizes)
-    np.add.at(diff, end + 1, -sizes)
-    return np.cumsum(diff)[:length]
 
 
 def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -328,8 +295,6 @@ def solve_order(
         if (pos[ctrl[:, 0]] >= pos[ctrl[:, 1]]).any():
             raise ValueError("the warm order does not respect the control edges")
     if heuristic_restarts > 0 and n:
-        from solvers.order_search import greedy_order
-
         h_order, h_peak = greedy_order(sizes, e, restarts=heuristic_restarts, control_edges=ctrl,
                                        time_limit=0.1 * time_limit)
         if h_peak < warm_peak:
@@ -456,7 +421,7 @@ def _lns(red: _Reduced, sizes: np.ndarray, e: np.ndarray, preds: list[list[int]]
         N = len(kept)
         pos = np.empty(len(sizes), np.int64)
         pos[kept] = np.arange(N)
-        prof = _profile(sizes, e, order)
+        prof = order_profile(sizes, e, order)
         at = order[np.flatnonzero(prof == prof.max())]
         steps = np.unique(pos[np.where(host[at] >= 0, host[at], at)])
         free = np.array([v for v in kept.tolist() if b[v] > a[v]
@@ -787,7 +752,7 @@ def solve_addresses(
     A = len(s)
     pairs = overlapping_pairs(iv, s)
     if lower_bound is None:
-        lower_bound = int(_sweep(iv[:, 0], iv[:, 1], s, int(iv[:, 1].max(initial=0)) + 1)
+        lower_bound = int(interval_sweep(iv[:, 0], iv[:, 1], s, int(iv[:, 1].max(initial=0)) + 1)
                           .max(initial=0))
     lb = int(lower_bound)
     warm = None if warm_offsets is None else np.asarray(warm_offsets, dtype=np.int64).reshape(-1)

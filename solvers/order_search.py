@@ -1,6 +1,6 @@
 """Low-peak topological orders by randomised greedy list scheduling (no recomputation).
 
-The peak of running every node once in an order is :func:`solvers.olla.order_peak`'s: at each
+The peak of running every node once in an order is :func:`solvers.orders.order_peak`'s: at each
 step the outputs created so far that the step or a later one reads, plus the step's own output.
 Choosing the order that minimises it is NP-hard (register sufficiency); OLLA's order ILP
 (:func:`solvers.olla.solve_order`, Steiner et al. eq. 14) solves it exactly on small graphs and
@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from remat.core.errors import InvalidGraphError, RematError
+from solvers.orders import order_peak
 
 __all__ = ["greedy_order", "greedy_orders"]
 
@@ -60,14 +61,12 @@ def greedy_orders(
 
     Returns:
       ``[(order, peak), ...]``: ``int64[n]`` node indices in run order and its peak, bytes (as
-      :func:`solvers.olla.order_peak`), by peak then by restart.
+      :func:`solvers.orders.order_peak`), by peak then by restart.
 
     Raises:
       InvalidGraphError: an edge names a node outside ``0..n-1`` or the edges have a cycle.
       RematError: ``restarts < 1`` or a negative ``noise``.
     """
-    from solvers.olla import order_peak
-
     if restarts < 1 or noise < 0:
         raise RematError(f"greedy_order needs restarts >= 1 and noise >= 0, got {restarts}, "
                          f"{noise}")

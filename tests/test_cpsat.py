@@ -1,4 +1,4 @@
-"""The CP-SAT back end (solvers/cpsat.py): same optima as HiGHS, valid bounds with fractional
+"""The CP-SAT back end (solvers/milp/backends/cpsat.py): same optima as HiGHS, valid bounds with fractional
 costs, typed errors on data it cannot take."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_bad_solver_options_are_typed_errors_before_any_work():
 
 
 def test_a_race_without_ortools_is_refused_not_run_on_highs_alone(monkeypatch):
-    import solvers.cpsat as cpsat
+    from solvers.milp.backends import cpsat
 
     monkeypatch.setattr(cpsat, "available", lambda: False)
     with pytest.raises(SolverError, match="needs OR-Tools"):

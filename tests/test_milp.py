@@ -190,3 +190,25 @@ def test_a_quiet_solve_prints_nothing_to_stdout():
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().endswith("optimal -5")
     assert r.stdout == ""
+
+
+def test_registry_solves_as_the_model_method_does():
+    """``solvers.milp.solve(model, backend=...)`` is what ``MilpModel.solve`` runs; an unknown
+    name is a typed error naming the back ends."""
+    import solvers.milp as milp
+
+    w, v, cap = _knapsack(6)
+    m = MilpModel()
+    x = m.add_vars("x", len(w), 0, 1, integer=True)
+    m.add_rows(sp.csr_matrix(w[None, :]), hi=cap)
+    m.add_objective(x, -v)
+    assert set(milp.BACKENDS) == {"highs", "cvxpy", "cpsat", "race"}
+    for relax in (False, True):
+        a = milp.solve(m, backend="highs", time_limit=SAFETY_S, relax=relax)
+        b = m.solve("highs", time_limit=SAFETY_S, relax=relax)
+        assert (a.status, a.objective, a.bound) == (b.status, b.objective, b.bound)
+        assert np.array_equal(a.x, b.x)
+    with pytest.raises(SolverError, match=r"unknown MILP backend 'gurobi'; use one of \('highs'"):
+        milp.solve(m, backend="gurobi")
+    with pytest.raises(SolverError, match="unknown MILP backend"):
+        milp.check_backend("gurobi")

@@ -20,7 +20,8 @@ from remat.core import layout
 from remat.core.errors import InfeasibleBudgetError
 from remat.core.graph import make_graph
 from remat.core.schedule import replay
-from solvers.olla import order_peak, overlapping_pairs, solve_addresses, solve_order
+from solvers.olla import overlapping_pairs, solve_addresses, solve_order
+from solvers.orders import order_peak
 
 
 def random_dag(n: int, p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +223,7 @@ def test_policy_budget():
 
 
 def test_other_policies_pass_through_olla():
-    g = remat.graph.chain_graph(6, sizes=[4, 8, 4, 8, 4, 8])
+    g = remat.core.graph.chain_graph(6, sizes=[4, 8, 4, 8, 4, 8])
     cm = policies.Checkmate(budget="60%", time_limit=SAFETY_S)
     base = cm.plan(g)
     out = Olla(base=cm, time_limit=SAFETY_S).plan(g)

@@ -87,7 +87,7 @@ def test_shaved_peak_is_a_real_schedules_peak_and_no_higher_than_its_order():
     from policies.from_checkpoints import plan_from_steps
     from policies.reorder import relabel
     from remat.core.graph import make_graph
-    from solvers.olla import order_peak
+    from solvers.orders import order_peak
 
     rng = np.random.default_rng(7)
     n = 40

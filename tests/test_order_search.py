@@ -11,8 +11,9 @@ from limits import SAFETY_S
 from test_olla import random_dag, topological_orders
 
 from remat.core.errors import InvalidGraphError, RematError
-from solvers.olla import order_peak, solve_order
+from solvers.olla import solve_order
 from solvers.order_search import greedy_order
+from solvers.orders import order_peak
 
 
 def _is_topological(order: np.ndarray, n: int, edges: np.ndarray) -> bool:

@@ -1,4 +1,4 @@
-"""OR-Tools CP-SAT as a back end of :class:`solvers.milp.MilpModel` (no jax).
+"""OR-Tools CP-SAT as a MILP back end of :class:`solvers.milp.MilpModel` (no jax).
 
 CP-SAT solves integer programs with a portfolio of workers (LP-based branching, clause
 learning, large-neighbourhood search) that share bounds; on the symmetric chains where HiGHS's
@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from remat.core.errors import SolverError, SolverTimeoutError
+from solvers.milp.solution import MilpData, MilpSolution, full_warm_start
 
-if TYPE_CHECKING:
-    from solvers.milp import MilpModel, MilpSolution
-
-__all__ = ["solve_cpsat", "available"]
+__all__ = ["solve", "solve_cpsat", "available"]
 
 _BIG = 2**52  # CP-SAT domains are int64; keep well inside exact float range
 
@@ -49,14 +47,43 @@ def _integral(a: np.ndarray, tol: float = 1e-9) -> bool:
     return bool(np.all(np.abs(a - np.round(a)) <= tol * np.maximum(1.0, np.abs(a))))
 
 
-def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
+def solve(
+    model: MilpData,
+    *,
+    time_limit: float = 60.0,
+    mip_gap: float = 1e-4,
+    threads: int | None = None,
+    warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
+    relax: bool = False,
+    log: bool = False,
+    presolve: bool = True,
+    options: dict[str, Any] | None = None,
+    on_start: Any = None,
+) -> MilpSolution:
+    """:func:`solve_cpsat` with the arguments of :meth:`solvers.milp.MilpModel.solve`:
+    ``threads`` is the worker count, ``options`` go to :func:`solve_cpsat` as keywords,
+    ``presolve`` and ``on_start`` are ignored.
+
+    Raises:
+      SolverError: ``relax`` (CP-SAT solves integer programs only), or as :func:`solve_cpsat`.
+      SolverTimeoutError: as :func:`solve_cpsat`.
+    """
+    if relax:
+        raise SolverError("backend 'cpsat' solves integer programs only; the LP relaxation "
+                          "needs 'highs' or 'cvxpy'")
+    return solve_cpsat(model, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
+                       warm_start=full_warm_start(model.num_vars, warm_start), log=log,
+                       **(options or {}))
+
+
+def solve_cpsat(model: MilpData, *, time_limit: float, mip_gap: float = 1e-4,
                 workers: int | None = None, warm_start: np.ndarray | None = None,
                 objective_bits: int = 30, linearization_level: int = 2,
                 log: bool = False, on_start=None) -> MilpSolution:
     """Solve ``model`` with CP-SAT (see the module docstring for the integer-data contract).
 
     Args:
-      model: the model; its fixes (:meth:`MilpModel.fix`) are applied as bounds.
+      model: the model; its fixes (:meth:`solvers.milp.MilpModel.fix`) are applied as bounds.
       time_limit: wall-clock seconds for the search.
       mip_gap: relative gap at which CP-SAT stops (``relative_gap_limit``).
       workers: parallel workers (``None``: 4; on 2 cores 4 proved faster than 2 or 8).
@@ -75,8 +102,6 @@ def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
       SolverError: ``ortools`` missing, non-integral data, or an invalid model.
       SolverTimeoutError: the limit hit before any feasible solution.
     """
-    from solvers.milp import MilpSolution
-
     if workers is not None and int(workers) < 1:
         raise SolverError(f"CP-SAT needs at least one worker, got {workers!r}")
     if not 1 <= int(objective_bits) <= 52:
@@ -87,12 +112,13 @@ def solve_cpsat(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
         raise SolverError("backend 'cpsat' needs OR-Tools: pip install -e '.[cpsat]'") from None
     t0 = time.perf_counter()
     A, lo, hi = model.matrix()
-    lb, ub, _ = model._col_arrays()
+    lb, ub = model.bounds()
     c = model.objective_vector()
     if not (_integral(A.data) and _integral(lo) and _integral(hi)):
         bad = np.flatnonzero(~np.isclose(A.data, np.round(A.data), rtol=0, atol=1e-9))
         row = int(np.searchsorted(A.indptr, bad[0], side="right") - 1) if len(bad) else -1
-        name = next((nm for nm, s, e in model._row_names if s <= row < e), "?")
+        name = model.row_block_name(row)
+        name = "?" if name is None else name
         raise SolverError(f"CP-SAT needs integer data; row {row} (block {name!r}) is not "
                           "integral (build Checkmate with Formulation(integer_memory=True))")
     lbi = np.where(np.isfinite(lb), np.ceil(lb - 1e-9), -_BIG).astype(np.int64)

@@ -1,4 +1,5 @@
-"""HiGHS and CP-SAT racing on one :class:`~solvers.milp.MilpModel` (no jax).
+"""The ``"race"`` MILP back end: HiGHS and CP-SAT racing on one
+:class:`~solvers.milp.MilpModel` (no jax).
 
 Neither back end dominates on Checkmate's MILP: on the zoo MLP (36 nodes, identical layers) at
 50 % CP-SAT proves the optimum in ~10 s where HiGHS needs 40-60 s, on GPT-2 small (62 nodes)
@@ -14,24 +15,53 @@ same model), and the status is ``optimal`` when that closes the gap to ``mip_gap
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from remat.core.errors import SolverError, SolverTimeoutError
+from solvers.milp.backends import cpsat, highs
+from solvers.milp.solution import MilpData, MilpSolution, full_warm_start
 
-if TYPE_CHECKING:
-    from solvers.milp import MilpModel, MilpSolution
-
-__all__ = ["solve_race"]
+__all__ = ["solve", "solve_race"]
 
 
-def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
+def solve(
+    model: MilpData,
+    *,
+    time_limit: float = 60.0,
+    mip_gap: float = 1e-4,
+    threads: int | None = None,
+    warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
+    relax: bool = False,
+    log: bool = False,
+    presolve: bool = True,
+    options: dict[str, Any] | None = None,
+    on_start: Any = None,
+) -> MilpSolution:
+    """:func:`solve_race` with the arguments of :meth:`solvers.milp.MilpModel.solve`:
+    ``options`` go to :func:`solve_race` as keywords (``cpsat_workers``); ``threads``,
+    ``presolve`` and ``on_start`` are ignored.
+
+    Raises:
+      SolverError: ``relax`` (the race solves integer programs only), or as :func:`solve_race`.
+      SolverTimeoutError: as :func:`solve_race`.
+    """
+    if relax:
+        raise SolverError("backend 'race' solves integer programs only; the LP relaxation "
+                          "needs 'highs' or 'cvxpy'")
+    return solve_race(model, time_limit=time_limit, mip_gap=mip_gap,
+                      warm_start=full_warm_start(model.num_vars, warm_start), log=log,
+                      **(options or {}))
+
+
+def solve_race(model: MilpData, *, time_limit: float, mip_gap: float = 1e-4,
                warm_start: np.ndarray | None = None, cpsat_workers: int = 3,
                log: bool = False) -> MilpSolution:
-    """Race HiGHS and CP-SAT on ``model`` (integer data, see :mod:`solvers.cpsat`).
+    """Race HiGHS and CP-SAT on ``model`` (integer data, see :mod:`solvers.milp.backends.cpsat`).
 
     Returns:
       The winner's :class:`~solvers.milp.MilpSolution` (``backend="highs+cpsat"``).
@@ -40,10 +70,7 @@ def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
       SolverTimeoutError: neither found a feasible solution in time (with the better bound).
       SolverError: OR-Tools missing, ``cpsat_workers < 1``, or both back ends failed.
     """
-    from solvers.cpsat import available, solve_cpsat
-    from solvers.milp import MilpSolution
-
-    if not available():  # racing HiGHS alone would be a silent downgrade
+    if not cpsat.available():  # racing HiGHS alone would be a silent downgrade
         raise SolverError("the HiGHS/CP-SAT race needs OR-Tools: pip install -e '.[cpsat]'")
     if int(cpsat_workers) < 1:
         raise SolverError(f"cpsat_workers must be at least 1, got {cpsat_workers!r}")
@@ -84,9 +111,10 @@ def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
 
     w = None if warm_start is None else np.asarray(warm_start, dtype=np.float64)
     threads = [
-        threading.Thread(target=run, args=("highs", lambda cb: model._solve_highs(
-            time_limit, mip_gap, None, w, False, log, True, {}, on_start=cb)), daemon=True),
-        threading.Thread(target=run, args=("cpsat", lambda cb: solve_cpsat(
+        threading.Thread(target=run, args=("highs", lambda cb: highs.solve(
+            model, time_limit=time_limit, mip_gap=mip_gap, warm_start=w, log=log,
+            on_start=cb)), daemon=True),
+        threading.Thread(target=run, args=("cpsat", lambda cb: cpsat.solve_cpsat(
             model, time_limit=time_limit, mip_gap=mip_gap, workers=cpsat_workers,
             warm_start=w, log=log, on_start=cb)), daemon=True),
     ]
@@ -100,7 +128,7 @@ def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
         s = sols.get(name)
         if s is not None and s.status in ("optimal", "infeasible") and (
                 s.status != "optimal" or s.has_solution):
-            return _relabel(s, name, MilpSolution)
+            return dataclasses.replace(s, backend="highs+cpsat", message=f"{name} proved it")
     with_x = [s for s in sols.values() if s.has_solution]
     bounds = [s.bound for s in sols.values() if math.isfinite(s.bound)]
     bounds += [e.bound for e in errs.values()
@@ -121,8 +149,3 @@ def solve_race(model: MilpModel, *, time_limit: float, mip_gap: float = 1e-4,
                         max(s.build_time_s for s in sols.values()), best.node_count,
                         "highs+cpsat", f"{winner} incumbent; bound max of "
                         + ", ".join(f"{k} {s.bound:.6g}" for k, s in sols.items()))
-
-
-def _relabel(sol, winner: str, cls):
-    return cls(sol.status, sol.x, sol.objective, sol.bound, sol.gap, sol.solve_time_s,
-               sol.build_time_s, sol.node_count, "highs+cpsat", f"{winner} proved it")
