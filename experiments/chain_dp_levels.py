@@ -6,7 +6,7 @@ size: the compiled DP with one memory level per gcd of the sizes (``max_levels``
 to ``--exact-gib`` GiB of table.  Rows per chain and budget:
 
 * ``default``: ``ChainDP(budget=B)`` (the level portfolio of
-  :func:`policies.chain_dp.level_portfolio`, each plan polished in both orders);
+  :func:`solvers.chain_dp.level_portfolio`, each plan polished in both orders);
 * ``levels256-cost``: the previous default, 256 levels polished cheapest-recomputation-first
   only (``max_levels=256, polish=False``, then ``prune_recomputation(order="cost")``);
 * ``levels16``, ``levels256``: one fill of 16 / 256 levels, polished in both orders;
@@ -54,7 +54,7 @@ def run_method(g, B: int, method: str, exact_gib: float) -> dict | None:
     """One row's measurements (``None`` when the exact table would exceed ``exact_gib``)."""
     from policies.chain_dp import ChainDP, chain_problem
     from remat.core.schedule import replay
-    from solvers.chain_dp import _units, solve_chain
+    from solvers.chain_dp import solve_chain, units
     from solvers.pebbling_search import prune_recomputation, sequence_live_bytes
 
     costs = np.asarray(g.costs, dtype=float)
@@ -62,7 +62,7 @@ def run_method(g, B: int, method: str, exact_gib: float) -> dict | None:
     t0 = time.perf_counter()
     if method == "exact":
         prob, fwd, bwd, iso = chain_problem(g)
-        unit = _units(prob, B, 10**9)[0]
+        unit = units(prob, B, 10**9)[0]
         rows = prob.K * prob.M  # about twice the DP's live states
         if 4 * (B // unit + 1) * rows > exact_gib * 2**30:
             return None

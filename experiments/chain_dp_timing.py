@@ -6,7 +6,7 @@ peak; writes ``experiments/results/chain_dp_timing.csv``.
 
 ``default`` rows are ``ChainDP(budget=B)`` with no option (the exact mode up to 32 forward
 values; beyond, the compiled fast mode over the level portfolio of
-:func:`policies.chain_dp.level_portfolio`, each plan polished), ``default-mib30`` the same on
+:func:`solvers.chain_dp.level_portfolio`, each plan polished), ``default-mib30`` the same on
 chains with sizes 1..8 MiB at 30 % of the no-remat peak (the chain of issue 18).  The numba
 kernels are loaded (or compiled, the first time) before the first timing; that cold start is
 printed.  ``levels`` is the budget over the chosen plan's memory unit.  How close these plans
@@ -95,10 +95,10 @@ def main(argv=None) -> None:
                 kw = {"mode": mode, "max_levels": levels, "max_first": max_first}
             pol = ChainDP(budget=B, **kw)
             if mode == "exact-nodrop":
-                import solvers.chain_dp as sc
+                import solvers.chain_dp.exact as sc
 
-                old = sc._use_drop
-                sc._use_drop = lambda p, d: False  # persistent class only, as the fast mode
+                old = sc.use_drop
+                sc.use_drop = lambda p, d: False  # persistent class only, as the fast mode
             load = os.getloadavg()[0]
             t0, c0 = time.perf_counter(), time.process_time()
             try:
@@ -109,7 +109,7 @@ def main(argv=None) -> None:
                 continue
             finally:
                 if mode == "exact-nodrop":
-                    sc._use_drop = old
+                    sc.use_drop = old
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             walls = [wall]
             for _ in range(args.repeats - 1 if mode.startswith("default") else 0):

@@ -1,9 +1,12 @@
 """ChainDP: the optimal persistent schedule of a sequential training graph (rotor-style DP).
 
 Beaumont et al. 2019, "Optimal checkpointing for heterogeneous chains" (rotor), re-derived for
-remat's memory model; the recursion, its memory terms and its complexity are documented in
-:mod:`solvers.chain_dp`.  This module recognises the chain inside a :class:`~remat.Graph`
-(:func:`chain_problem`), runs the DP and turns its operation sequence into a plan.
+remat's memory model; the recursions, their memory terms and their complexity are documented in
+the :mod:`solvers.chain_dp` package (the derivation: :mod:`solvers.chain_dp.exact`).  This module
+recognises the chain inside a :class:`~remat.Graph` (:func:`chain_problem`), runs the DP
+(:func:`solvers.chain_dp.solve_chain`, or the compiled tables of
+:mod:`solvers.chain_dp.compiled` over a :func:`~solvers.chain_dp.level_portfolio`), checks the
+plan on replay and polishes rounded plans.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import numpy as np
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
 from remat.core.errors import (
-    BudgetFormatError,
     InfeasibleBudgetError,
     InvalidGraphError,
     NotApplicableError,
@@ -27,11 +29,11 @@ from remat.core.plan import Plan
 from remat.core.schedule import replay
 from solvers.chain_dp import (
     ChainProblem,
-    _units,
-    _use_fast,
     check_count,
     compiled_available,
+    level_portfolio,
     solve_chain,
+    use_fast,
 )
 from solvers.gcpause import gc_paused
 
@@ -105,70 +107,9 @@ def chain_problem(graph: Graph) -> tuple[ChainProblem, list[int], list[int], lis
     return prob, fwd, bwd, isolated
 
 
-#: levels of the coarse fill of the compiled fast path (:func:`level_portfolio`)
-COARSE_LEVELS = 16
-#: most levels of a compiled fill (and the exact fill's limit: below it sizes are never rounded)
-MAX_LEVELS = 256
-#: element-steps (:func:`level_portfolio`) a 256-level compiled fill may take to be tried
-#: besides the coarse one: about 0.6 s on the 2-core machine of
-#: ``experiments/chain_dp_timing.py`` (2.2e-10 s each), chains up to ~400 layers
-LEVEL_WORK = 2.7e9
-
-
-#: an unrounded compiled fill runs instead of rounding sizes when it takes at most this many
-#: element-steps and ``EXACT_ENTRIES`` table entries (levels x states, ~40-120 ns each)
-EXACT_WORK = 7.5e8
-EXACT_ENTRIES = 1.5e7
 #: chains up to this many forward values run the exact ``(min, max)`` recursion first (under
 #: 0.1 s; 0.5 s at 1000): an infeasible budget is then named before any cost table is filled
 MEM_FIRST_MAX_K = 500
-
-
-def level_portfolio(prob: ChainProblem, budget: int, max_levels: int | None = None) -> list[int]:
-    """Level counts the compiled fast path fills, each its own DP (finest first).
-
-    ``max_levels`` given: that count alone.  Else ``[256]`` when 256 levels hold the budget in
-    units of the sizes' gcd (no rounding: the persistent optimum), or one level per gcd when
-    that fill stays within ``EXACT_WORK`` element-steps and ``EXACT_ENTRIES`` table entries
-    (the same optimum: 100-layer chains of 1..99-byte values at 20-50 %, 1098-2746 levels,
-    0.3-0.6 s; a 54-layer chain of 0..5000-byte values needing 21 323 levels took 3.7 s and
-    is rounded instead).  Else ``COARSE_LEVELS``
-    (16), preceded by 256 when a 256-level fill stays within ``LEVEL_WORK`` element-steps, the
-    work of one level being ``sum_k (x_k + 1)(x_k + 2) / 2`` (every state's first checkpoints,
-    ``x_k`` the forward value backward node ``k`` reads; ``K^3 / 6`` for
-    ``remat.chain_graph``).  Why these two (``experiments/chain_dp_levels.py``): once sizes are
-    rounded, polishing decides most of the cost and the coarse table is often the better start
-    (1000 layers, 1..8 MiB, 30 %: 16 levels 1.1544x, 256 levels 1.1632x, the persistent
-    optimum 1.1540x), but 256 levels win on shorter chains at tight budgets (200 layers, 1..99
-    bytes, 20 %: 16 levels 1.1993x, 256 levels 1.1895x, optimum 1.1890x).  Intermediate counts
-    did not pay: at 500 layers 128 + 16 levels gave the 16-level plan on all 8 chains and
-    budgets, in 1.0-1.4 s against 0.2-0.3 s.  Finer counts do, where the unrounded fill is out
-    of reach but more than 256 levels fit the same ``EXACT_WORK``/``EXACT_ENTRIES`` (chains of
-    about 100-250 layers whose sizes' gcd is small against the budget): that count comes first.
-    Extracted 100-layer random-width Flax MLPs (sizes' gcd 4 bytes, ~10^5 levels unrounded):
-    256 + 16 levels were 0.02-0.12 % dearer than ~3900 levels, at 30 % and 50 % on five seeds.
-
-    Raises:
-      BudgetFormatError: ``max_levels`` is not a positive integer, or ``budget`` is not a
-        non-negative integer.
-    """
-    check_count("max_levels", max_levels, allow_none=True)
-    if isinstance(budget, (bool, np.bool_)) or int(budget) != budget or budget < 0:
-        raise BudgetFormatError(f"budget must be non-negative integer bytes, got {budget!r}")
-    if max_levels is not None:
-        return [int(max_levels)]
-    if _units(prob, int(budget), MAX_LEVELS)[3]:
-        return [MAX_LEVELS]
-    x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
-    work = float(np.sum((x + 1) * (x + 2) / 2))
-    unrounded = int(budget) // _units(prob, int(budget), 2**62)[0]  # one level per gcd
-    states = float(np.sum(x + 2))  # live (anchor, backward node) pairs, about
-    if unrounded * work <= EXACT_WORK and unrounded * states <= EXACT_ENTRIES:
-        return [unrounded]
-    if MAX_LEVELS * work > LEVEL_WORK:
-        return [COARSE_LEVELS]
-    fine = int(min(EXACT_WORK / max(work, 1.0), EXACT_ENTRIES / max(states, 1.0)))
-    return ([fine] if fine > MAX_LEVELS else []) + [MAX_LEVELS, COARSE_LEVELS]
 
 
 def ops_to_steps(ops, fwd: list[int], bwd: list[int], isolated: list[int] = ()) -> list[list[int]]:
@@ -188,9 +129,10 @@ class ChainDP(BasePolicy):
         recomputation, as checkpoint-all).
       max_levels: most memory levels in the DP table; beyond, sizes are rounded (status
         ``"feasible"`` instead of ``"optimal"``).  ``None``: 4096 (exact mode); in the compiled
-        fast mode the level portfolio of :func:`level_portfolio` (256 levels when they hold
-        the budget without rounding, else 16, and 256 too on chains up to ~400 layers), each
-        polished, the cheapest kept (``meta["dp_levels_tried"]``); 256 without numba.
+        fast mode the level portfolio of :func:`solvers.chain_dp.level_portfolio` (256 levels
+        when they hold the budget without rounding, else 16, and 256 too on chains up to ~400
+        layers), each polished, the cheapest kept (``meta["dp_levels_tried"]``); 256 without
+        numba.
       mode: ``"exact"``, ``"fast"`` or ``"auto"`` (exact up to 32 forward values, fast beyond),
         see :func:`solvers.chain_dp.solve_chain`.  The fast mode solves the persistent recursion
         only (no checkpoint drops) with rounded sizes, vectorised: 500-layer chains in seconds.
@@ -202,13 +144,12 @@ class ChainDP(BasePolicy):
         most expensive first, the cheaper kept: ``meta["polish_order"]``;
         ``meta["dp_cost_unpolished"]`` keeps the DP's own cost).  Rounding sizes to levels
         distorts the DP (every size becomes a whole number of levels, at least one), and the
-        polish recovers most of it: on the issue-18 chain (1000 layers, 1..8 MiB, 30 %) 16 levels give 1.469x
-        unpolished and 1.1544x polished, the persistent optimum (no rounding, 84 s) 1.1540x;
-        ``experiments/chain_dp_levels.py``.  Exact plans are never touched.
+        polish recovers most of it (``experiments/chain_dp_levels.py`` compares polished plans
+        with the persistent optimum).  Exact plans are never touched.
 
     ``meta["status"]`` is ``"optimal"`` when no size was rounded: optimal over the DP's class
-    (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp`), which matched an
-    exhaustive search on every uniform-size test chain and the Checkmate MILP; with unequal sizes
+    (persistent schedules plus checkpoint drops, see :mod:`solvers.chain_dp.exact`), which matched
+    an exhaustive search on every uniform-size test chain and the Checkmate MILP; with unequal sizes
     a rare non-persistent schedule can be cheaper.  ``"feasible"`` when sizes were rounded.
 
     ``plan`` raises :class:`~remat.core.errors.NotApplicableError` on a non-chain graph and
@@ -233,7 +174,7 @@ class ChainDP(BasePolicy):
         b = budget_bytes
         prob, fwd, bwd, iso = chain_problem(graph)
         iso_peak = int(graph.sizes[iso].max()) if iso else 0
-        fast = _use_fast(prob, self.mode)
+        fast = use_fast(prob, self.mode)
         kw = dict(max_levels=self.max_levels, mode=self.mode, max_first=self.max_first)
         if fast and self.max_first is None and compiled_available():
             with gc_paused():  # allocation-heavy: no full collections in the middle of it
@@ -326,15 +267,15 @@ class ChainDP(BasePolicy):
     def _solve_compiled(self, graph: Graph, b: int, prob: ChainProblem, fwd, bwd, iso,
                         iso_peak: int) -> Plan:
         """Fast mode with the compiled kernels: a portfolio of level counts
-        (:func:`level_portfolio`), each one DP fill with sizes rounded to the nearest level;
-        when a plan overshoots the budget on replay, the plans of lower levels come from the same
+        (:func:`solvers.chain_dp.level_portfolio`), each one DP fill with sizes rounded to the
+        nearest level; when a plan overshoots the budget on replay, the plans of lower levels come from the same
         table (1, 2, 4, ... levels lower), sizes rounded up (always fits) as the last resort.
         Each plan is polished (both orders) and the cheapest kept.  The exact ``(min, max)``
         recursion runs first on chains up to ``MEM_FIRST_MAX_K`` forward values (an infeasible
         budget is named at once, ``meta["min_budget"]``); on longer ones only when nothing fits
         (to name the smallest budget, or for its smallest-peak schedule) or an isolated stage
         exceeds the budget."""
-        from solvers.chain_dp_compiled import cost_dp, emit_at, min_peak_dp
+        from solvers.chain_dp.compiled import cost_dp, emit_at, min_peak_dp  # (imports numba)
         from solvers.pebbling_search import sequence_live_bytes
 
         mdp = min_peak_dp(prob) if prob.K <= MEM_FIRST_MAX_K or iso_peak > b else None

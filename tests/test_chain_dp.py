@@ -1,4 +1,4 @@
-"""ChainDP (solvers/chain_dp.py, policies/chain_dp.py) against independent references:
+"""ChainDP (solvers/chain_dp/, policies/chain_dp.py) against independent references:
 an exhaustive search over schedules (written here, sharing no code with the DP), the Checkmate
 MILP, hand counts, and monotonicity.
 
@@ -304,9 +304,9 @@ def test_compiled_equals_numpy_and_exact_on_10_to_60_layers(seed):
     """The default fast path (numba, every first checkpoint) against two independent codes of
     the same recursion: the numpy diagonal batches (every memory level of the top state) and
     the exact mode without anchor drops (cost and replayed cost at an unrounded budget)."""
-    from solvers.chain_dp import _Tables, _units
-    from solvers.chain_dp_compiled import _CompiledDP
-    from solvers.chain_dp_fast import _FastDP
+    from solvers.chain_dp.compiled import CompiledDP
+    from solvers.chain_dp.numpy_dp import NumpyDP
+    from solvers.chain_dp.problem import Tables, units
 
     rng = np.random.default_rng(200 + seed)
     for L in (10, 25, 40, 60):
@@ -315,11 +315,11 @@ def test_compiled_equals_numpy_and_exact_on_10_to_60_layers(seed):
         prob = chain_problem(g)[0]
         B = max(int(rng.uniform(0.25, 0.7) * g.no_remat_peak()),
                 min_feasible_budget(prob, drop_anchors=False))
-        unit, s, gs, _ = _units(prob, B, 64, "nearest")
-        tb = _Tables(prob, s, gs)
-        npy = _FastDP(tb, prob.bwd_costs, "cost", B // unit)
+        unit, s, gs, _ = units(prob, B, 64, "nearest")
+        tb = Tables(prob, s, gs)
+        npy = NumpyDP(tb, prob.bwd_costs, "cost", B // unit)
         npy.fill()
-        cmp_ = _CompiledDP(tb, prob.bwd_costs)
+        cmp_ = CompiledDP(tb, prob.bwd_costs)
         cmp_.fill_cost(B // unit)
         a = np.array([npy.value(-1, 0, 0, m) for m in range(B // unit + 1)])
         b = np.array([cmp_.value(-1, 0, 0, m) for m in range(B // unit + 1)])
@@ -365,7 +365,7 @@ def test_default_long_chain_fits_and_lower_levels_come_from_one_table(monkeypatc
 
 
 def _reference_fill_cost():
-    """The scalar kernel of ``solvers/chain_dp_kernel.py`` before the SIMD loops (commit bc87bbe),
+    """The scalar kernel of ``solvers/chain_dp/kernel.py`` before the SIMD loops (commit bc87bbe),
     kept verbatim as the reference: one sequential ``min`` per first checkpoint."""
     from numba import njit
 
@@ -477,9 +477,9 @@ def test_compiled_kernel_bit_identical_to_scalar_reference():
     and agrees with
     the numpy diagonal batches (another code of the recursion) at every level of the top
     state, on chains with zero sizes, at several budgets and level counts."""
-    from solvers.chain_dp import _Tables, _units
-    from solvers.chain_dp_compiled import _CompiledDP
-    from solvers.chain_dp_fast import _FastDP
+    from solvers.chain_dp.compiled import CompiledDP
+    from solvers.chain_dp.numpy_dp import NumpyDP
+    from solvers.chain_dp.problem import Tables, units
 
     ref = _reference_fill_cost()
     checked = pruned = 0
@@ -489,10 +489,10 @@ def test_compiled_kernel_bit_identical_to_scalar_reference():
         for frac, levels, rounding in ((0.0, 10**6, "up"), (0.3, 64, "nearest"),
                                        (0.6, 16, "up"), (1.0, 256, "nearest")):
             B = max(lo_b, int(lo_b + frac * (peak - lo_b)))
-            unit, s, gs, _ = _units(prob, B, levels, rounding)
+            unit, s, gs, _ = units(prob, B, levels, rounding)
             Lv = B // unit
-            tb = _Tables(prob, s, gs)
-            dp = _CompiledDP(tb, prob.bwd_costs)
+            tb = Tables(prob, s, gs)
+            dp = CompiledDP(tb, prob.bwd_costs)
             args = dp.cost_inputs(Lv)
             ref(*args[:22])  # (K .. Q; the rest are the pruning tables)
             dp.fill_cost(Lv)
@@ -501,7 +501,7 @@ def test_compiled_kernel_bit_identical_to_scalar_reference():
             pruned += int(dp.stats[0, 2])
             if prob.K > 100:  # (the numpy path is slow there; the reference kernel suffices)
                 continue
-            npy = _FastDP(tb, prob.bwd_costs, "cost", Lv)
+            npy = NumpyDP(tb, prob.bwd_costs, "cost", Lv)
             npy.fill()
             a = np.array([npy.value(-1, 0, 0, m) for m in range(Lv + 1)])
             b = np.array([dp.value(-1, 0, 0, m) for m in range(Lv + 1)])

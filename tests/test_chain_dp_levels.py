@@ -8,19 +8,20 @@ import numpy as np
 import pytest
 
 import remat
-from policies.chain_dp import (
+from policies.chain_dp import ChainDP, chain_problem
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
+from remat.core.schedule import replay
+from solvers.chain_dp import (
     COARSE_LEVELS,
     EXACT_ENTRIES,
     EXACT_WORK,
     LEVEL_WORK,
     MAX_LEVELS,
-    ChainDP,
-    chain_problem,
+    compiled_available,
     level_portfolio,
+    min_feasible_budget,
+    solve_chain,
 )
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
-from remat.core.schedule import replay
-from solvers.chain_dp import compiled_available, min_feasible_budget, solve_chain
 
 
 def test_compiled_kernels_are_installed():
@@ -221,7 +222,7 @@ def test_random_chains_plan_or_name_the_exact_minimum():
 
 
 def test_typed_errors_for_bad_counts_and_budgets():
-    from solvers.chain_dp_compiled import cost_dp
+    from solvers.chain_dp.compiled import cost_dp
     from solvers.pebbling_search import prune_best
 
     g = _mib_chain(40, 0)
@@ -294,7 +295,7 @@ def test_collector_paused_during_the_compiled_solve_and_restored_after():
     caller's setting as it found it, on success and on a typed error."""
     import gc
 
-    import solvers.chain_dp_compiled as compiled
+    import solvers.chain_dp.compiled as compiled
 
     seen = []
     real = compiled.cost_dp

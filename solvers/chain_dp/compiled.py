@@ -1,14 +1,18 @@
-r"""Driver of the compiled persistent chain DP (:mod:`solvers.chain_dp_kernel`, numba).
+r"""Driver of the compiled persistent chain recursion (:mod:`solvers.chain_dp.kernel`, numba):
+``mode="fast"`` by default.
 
-:class:`_CompiledDP` lays out the tables of the kernels, fills them and turns the cost table
-into a schedule (:meth:`_CompiledDP.emit`, which re-evaluates a state's options in ``float64``
+:class:`CompiledDP` lays out the tables of the kernels, fills them and turns the cost table
+into a schedule (:meth:`CompiledDP.emit`, which re-evaluates a state's options in ``float64``
 and takes the first cheapest in the exact recursion's order: run, hold, split by ``j``).
-:func:`_solve_compiled` is ``solve_chain(mode="fast")`` when numba is importable; it returns the
+:func:`solve_compiled` is ``solve_chain(mode="fast")`` when numba is importable; it returns the
 filled DP with the solution so that a caller whose replayed peak exceeds the budget (sizes
 rounded to the nearest level) can emit the plan of a lower level from the same table
-(:func:`emit_at`) instead of solving again.  Memory: ``4·(Lv + 1)·2·R`` bytes for ``R ≈ K·M/2``
+(:func:`emit_at`) instead of solving again; :class:`policies.chain_dp.ChainDP` does so with
+:func:`min_peak_dp` and :func:`cost_dp`.  Memory: ``4·(Lv + 1)·2·R`` bytes for ``R ≈ K·M/2``
 live states (``K = M = 1000``, 256 levels: 1.0 GiB) plus ``2·K²`` bytes for ``Q`` and the
 pruning bounds (``float64``, one per 64 states and level: 33 MB at that size).
+
+Importing this module imports numba (:func:`solvers.chain_dp.compiled_available`).
 """
 
 from __future__ import annotations
@@ -19,26 +23,24 @@ import time
 import numpy as np
 
 from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
-from solvers.chain_dp import (
+from solvers.chain_dp.emit import ScheduleEmitter
+from solvers.chain_dp.kernel import BLK, fill_cost, fill_mem
+from solvers.chain_dp.problem import (
+    INF,
     ChainProblem,
     ChainSolution,
-    _check_recursion,
-    _ops_cost,
-    _Tables,
-    _units,
+    Tables,
     check_count,
+    check_recursion,
+    ops_cost,
+    units,
 )
-from solvers.chain_dp_fast import _ScheduleEmitter
-from solvers.chain_dp_kernel import BLK, fill_cost, fill_mem
-
-INF = np.inf
 
 
 def _empty_f32(shape: tuple[int, ...]) -> np.ndarray:
     """Uninitialised ``float32`` array, its pages mapped up front (``MAP_POPULATE``) where the
-    platform has it: the 1 GiB table of a 1000-layer chain then costs 0.4 s to map and fill in
-    a process that imported jax, against 2.2 s for ``np.empty`` (page faults one by one) and
-    2.4 s for ``np.full``."""
+    platform has it (16 MiB and more): a GiB-sized table then skips page faults one by one,
+    several times faster to map and fill than ``np.empty`` or ``np.full``."""
     n = int(np.prod(shape)) * 4
     flags = getattr(mmap, "MAP_POPULATE", None)
     if n < 2**24 or flags is None:
@@ -47,10 +49,11 @@ def _empty_f32(shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.float32).reshape(shape)  # (keeps buf alive)
 
 
-class _CompiledDP(_ScheduleEmitter):
-    """Tables of the compiled kernels for one size quantisation (``tb``)."""
+class CompiledDP(ScheduleEmitter):
+    """Tables of the compiled kernels (:mod:`solvers.chain_dp.kernel`) for one size
+    quantisation (``tb``, :class:`~solvers.chain_dp.problem.Tables`)."""
 
-    def __init__(self, tb: _Tables, bwd_costs: np.ndarray):
+    def __init__(self, tb: Tables, bwd_costs: np.ndarray):
         self.tb, self.bc = tb, np.ascontiguousarray(bwd_costs, dtype=np.float64)
         K, M, e = tb.K, tb.M, tb.e
         # live anchors of backward node k: a = -1 .. amax[k] (e is non-increasing in a)
@@ -105,7 +108,7 @@ class _CompiledDP(_ScheduleEmitter):
         self.T, self.mode = T, "mem"
 
     def cost_inputs(self, Lv: int) -> tuple:
-        """Arguments of :func:`solvers.chain_dp_kernel.fill_cost` for ``Lv`` levels (all but
+        """Arguments of :func:`solvers.chain_dp.kernel.fill_cost` for ``Lv`` levels (all but
         ``stats``), with fresh tables: ``T`` (``float32[Lv + 1, 2, n_rows]``, index 20), ``Q``
         (21), then the pruning tables ``boff, TB, QB0, QB, P, eps``."""
         t = self.tb
@@ -117,7 +120,7 @@ class _CompiledDP(_ScheduleEmitter):
         tt = np.arange(self.nq) - self.qoff[a + 1] + 1
         j = np.minimum(a + tt, t.K - 1)
         Q = (t.cumc[j + 1] - t.cumc[a + 1]).astype(np.float32)
-        # pruning tables (see solvers.chain_dp_kernel.fill_cost): block minima of T + P per
+        # pruning tables (see solvers.chain_dp.kernel.fill_cost): block minima of T + P per
         # backward node's rows and of Q - P per anchor; QB0: the Q entries no level rewrites
         nseg = np.diff(self.roff)
         boff = np.concatenate([[0], np.cumsum(-(-nseg // BLK))]).astype(np.int64)  # [M + 1]
@@ -151,7 +154,7 @@ class _CompiledDP(_ScheduleEmitter):
 
     label = "ChainDP compiled path"
 
-    def _split_entries(self, a, k, h, js, kk, mlev, sa, cost):
+    def split_entries(self, a, k, h, js, kk, mlev, sa, cost):
         tb = self.tb
         kk = np.asarray(kk, dtype=np.int64)
         lrow = np.where((kk < tb.M) & (kk <= tb.e[a + 1]),
@@ -168,26 +171,26 @@ class _CompiledDP(_ScheduleEmitter):
         return r, l0, np.where(keep, l1, INF)
 
 
-def emit_at(p: ChainProblem, dp: _CompiledDP, mlev: int) -> tuple[float, tuple] | None:
+def emit_at(p: ChainProblem, dp: CompiledDP, mlev: int) -> tuple[float, tuple] | None:
     """Schedule of the filled cost table at memory level ``mlev`` (``None`` if none fits)."""
     if mlev < 0 or not np.isfinite(dp.value(-1, 0, 0, mlev)):
         return None
     ops: list[tuple[str, int]] = []
     dp.emit(-1, 0, 0, mlev, ops)
-    return _ops_cost(p, ops), tuple(ops)
+    return ops_cost(p, ops), tuple(ops)
 
 
-def min_peak_dp(p: ChainProblem) -> _CompiledDP:
+def min_peak_dp(p: ChainProblem) -> CompiledDP:
     """The filled ``(min, max)`` table of ``p`` (exact sizes): ``value(-1, 0, 0)`` is the
     smallest budget of the persistent class (bytes), ``emit(-1, 0, 0, 0, ops)`` its schedule."""
-    _check_recursion(p.K)
-    mdp = _CompiledDP(_Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
+    check_recursion(p.K)
+    mdp = CompiledDP(Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
     mdp.fill_mem()
     return mdp
 
 
 def cost_dp(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int, rounding: str,
-            slack_levels: int) -> tuple[_CompiledDP, int, bool]:
+            slack_levels: int) -> tuple[CompiledDP, int, bool]:
     """The filled cost table for ``budget`` bytes with at most ``max_levels`` levels (fewer when
     the ``float32`` table would exceed ``table_bytes``): ``(dp, unit, exact)``, ``dp.Lv`` the top
     level (``budget // unit`` less ``slack_levels`` when sizes were rounded).
@@ -198,25 +201,26 @@ def cost_dp(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int, 
     check_count("max_levels", max_levels)
     if int(budget) < 0:
         raise BudgetFormatError(f"budget must be non-negative bytes, got {budget!r}")
-    _check_recursion(p.K)
-    unit, s, g, exact = _units(p, int(budget), max_levels, rounding)
-    tb = _Tables(p, s, g)
-    n_rows = 1 + int(np.clip(np.minimum(tb.e, tb.M - 1) + 1, 0, None).sum())  # _CompiledDP's
+    check_recursion(p.K)
+    unit, s, g, exact = units(p, int(budget), max_levels, rounding)
+    tb = Tables(p, s, g)
+    n_rows = 1 + int(np.clip(np.minimum(tb.e, tb.M - 1) + 1, 0, None).sum())  # CompiledDP's
     cap = max(8, int(table_bytes // (4 * 2 * n_rows)) - 1)
     if cap < max_levels:
-        unit, s, g, exact = _units(p, int(budget), cap, rounding)
-        tb = _Tables(p, s, g)
+        unit, s, g, exact = units(p, int(budget), cap, rounding)
+        tb = Tables(p, s, g)
     Lv = max(0, int(budget) // unit - (0 if exact else int(slack_levels)))
-    dp = _CompiledDP(tb, p.bwd_costs)
+    dp = CompiledDP(tb, p.bwd_costs)
     if dp.n_rows != n_rows:
         raise SolverError("ChainDP: table row count mismatch (bug)")
     dp.fill_cost(Lv)
     return dp, unit, bool(exact)
 
 
-def _solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
-                    rounding: str, slack_levels: int) -> tuple[ChainSolution, _CompiledDP]:
-    """:func:`solvers.chain_dp.solve_chain` with the compiled kernels; also returns the DP."""
+def solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
+                   rounding: str, slack_levels: int) -> tuple[ChainSolution, CompiledDP]:
+    """:func:`solvers.chain_dp.solve_chain` with ``mode="fast"`` on the compiled kernels (bytes,
+    seconds); also returns the filled cost table."""
     t0 = time.perf_counter()
     budget = int(budget)
     mdp = min_peak_dp(p)
@@ -229,7 +233,7 @@ def _solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_byte
     if got is None:  # rounding sizes up left nothing: the smallest-peak schedule fits
         ops: list[tuple[str, int]] = []
         mdp.emit(-1, 0, 0, 0, ops)
-        got, exact = (_ops_cost(p, ops), tuple(ops)), False
+        got, exact = (ops_cost(p, ops), tuple(ops)), False
     sol = ChainSolution(cost=got[0], ops=got[1], min_budget=mn, budget=budget, unit=unit,
                         exact=bool(exact), solve_time_s=time.perf_counter() - t0)
     return sol, dp

@@ -1,25 +1,24 @@
-r"""The fast path of :mod:`solvers.chain_dp`: its persistent recursion, vectorised (numpy, no jax).
+r"""The persistent chain recursion vectorised per diagonal (numpy, no jax): ``mode="fast"``
+with ``max_first``, or when numba is missing.
 
-Fast path (``mode="fast"``, and ``"auto"`` beyond ``AUTO_FAST_ABOVE = 32`` forward values):
-options 1-2 only (rotor's persistent class), tabulated by :class:`_FastDP` without a Python loop
-over states: a state's right parts and left parts lie on strictly shorter diagonals
-``d = hi_eff(k) - a``, so each diagonal is one numpy batch ``[first checkpoints, states,
-levels]`` (``float32``).  The left part and the sweep cost depend on ``(a, j)`` only and are
-cached once per pair, already shifted by ``s_a`` into the right part's memory frame; the sweep's
-working memory is a precomputed ``K × K`` running max.  Same ``O(K²·M·Lv)``-element work as
-the exact recursion without drops (about ``K³·Lv/3`` elements for ``remat.chain_graph``, a few
-ns each) but no Python per state: K = 200 in 1.4 s CPU at 253 levels, where the exact mode
-took 43 s at 397 levels; equal to the exact mode without
-drops when no size is rounded (``tests/test_chain_dp.py``).  ``max_first = C`` tries only the
-``C/2`` nearest and ``C/2`` geometrically spaced first checkpoints per state: ``O(K²·C·Lv)``,
-an explicit approximation (``exact=False``); the minimum budget is then recomputed with every
-choice before a budget is declared infeasible.  Default 256 levels: with hundreds of held values
-a coarser unit wastes memory (every size becomes at least one level), e.g. on a 500-layer
-random chain at half the no-remat peak, 64 levels used 29 % of the budget (recompute overhead
-1.277) against 80 % with 256 levels (1.142); ``experiments/chain_dp_timing.py``.  Levels
-should exceed the number of values the budget holds; the tables take
-``4·(Lv + 1)·~1.5·K·M`` bytes (capped by ``table_bytes``, 1 GiB by default, which limits
-K = 1000 chains to ~176 levels).
+Options 1-2 of :mod:`solvers.chain_dp.exact` (rotor's persistent class, Beaumont et al. 2019),
+tabulated by :class:`NumpyDP` without a Python loop over states: a state's right parts and left
+parts lie on strictly shorter diagonals ``d = hi_eff(k) - a``, so each diagonal is one numpy
+batch ``[first checkpoints, states, levels]`` (``float32``).  The left part and the sweep cost
+depend on ``(a, j)`` only and are cached once per pair, already shifted by ``s_a`` into the right
+part's memory frame; the sweep's working memory is a precomputed ``K × K`` running max.  Same
+``O(K²·M·Lv)``-element work as the exact recursion without drops (about ``K³·Lv/3`` elements for
+``remat.chain_graph``) but no Python per state; equal to the exact mode without drops when no
+size is rounded (``tests/test_chain_dp.py``).  ``max_first = C`` tries only the ``C/2`` nearest
+and ``C/2`` geometrically spaced first checkpoints per state: ``O(K²·C·Lv)``, an explicit
+approximation (``exact=False``); the minimum budget is then recomputed with every choice before
+a budget is declared infeasible.
+
+Levels: 256 by default (:func:`solvers.chain_dp.solve_chain`): with hundreds of held values a
+coarser unit wastes memory, every size becoming at least one level
+(``experiments/chain_dp_timing.py``); levels should exceed the number of values the budget
+holds.  The tables take ``4·(Lv + 1)·~1.5·K·M`` bytes, capped by ``table_bytes`` (1 GiB by
+default, which limits K = 1000 chains to ~176 levels).
 """
 
 from __future__ import annotations
@@ -28,39 +27,41 @@ import time
 
 import numpy as np
 
-from remat.core.errors import InfeasibleBudgetError, SolverError
-from solvers.chain_dp import (
+from remat.core.errors import InfeasibleBudgetError
+from solvers.chain_dp.emit import ScheduleEmitter
+from solvers.chain_dp.problem import (
     INF,
     ChainProblem,
     ChainSolution,
-    _check_recursion,
-    _ops_cost,
-    _Tables,
-    _units,
+    Tables,
+    check_recursion,
+    ops_cost,
+    units,
 )
 
 
-def _solve_fast(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
+def solve_numpy(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int,
                 rounding: str, slack_levels: int, max_first: int | None) -> ChainSolution:
-    """:func:`solve_chain` with ``mode="fast"`` (see :class:`_FastDP`)."""
+    """:func:`solvers.chain_dp.solve_chain` with ``mode="fast"`` on numpy (see :class:`NumpyDP`;
+    bytes, seconds): used with ``max_first`` or without numba."""
     t0 = time.perf_counter()
     budget = int(budget)
-    _check_recursion(p.K)
-    tb = _Tables(p, p.fwd_sizes, p.bwd_sizes)
-    mdp = _FastDP(tb, p.bwd_costs, "mem", max_first=max_first)
+    check_recursion(p.K)
+    tb = Tables(p, p.fwd_sizes, p.bwd_sizes)
+    mdp = NumpyDP(tb, p.bwd_costs, "mem", max_first=max_first)
     mdp.fill()
     mn = int(mdp.value(-1, 0, 0))
     if budget < mn and max_first is not None:  # the restriction may have cut the minimum
-        mdp = _FastDP(tb, p.bwd_costs, "mem")
+        mdp = NumpyDP(tb, p.bwd_costs, "mem")
         mdp.fill()
         mn = int(mdp.value(-1, 0, 0))
     if budget < mn:
         raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
     # the float32 table: one row per live (anchor, backward) pair, 2 flags, Lv + 1 levels
     cap = max(8, int(table_bytes // (4 * (2 * mdp.n_rows + len(mdp.SW)))) - 1)
-    unit, s, g, exact = _units(p, budget, min(max_levels, cap), rounding)
+    unit, s, g, exact = units(p, budget, min(max_levels, cap), rounding)
     Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
-    dp = _FastDP(_Tables(p, s, g), p.bwd_costs, "cost", Lv, max_first=max_first)
+    dp = NumpyDP(Tables(p, s, g), p.bwd_costs, "cost", Lv, max_first=max_first)
     dp.fill()
     ops: list[tuple[str, int]] = []
     if np.isfinite(dp.value(-1, 0, 0, Lv)):
@@ -70,87 +71,14 @@ def _solve_fast(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
         exact = False
     cut = max_first is not None and p.K - 1 > max_first
     return ChainSolution(
-        cost=_ops_cost(p, ops), ops=tuple(ops), min_budget=mn, budget=budget, unit=unit,
+        cost=ops_cost(p, ops), ops=tuple(ops), min_budget=mn, budget=budget, unit=unit,
         exact=bool(exact and not cut), solve_time_s=time.perf_counter() - t0,
     )
 
 
-class _ScheduleEmitter:
-    """Plan reconstruction shared by the table back ends (:class:`_FastDP`, numpy, and
-    :class:`solvers.chain_dp_compiled._CompiledDP`, numba): a subclass provides ``tb``,
-    ``mode`` (``"mem"``/``"cost"``), ``bc`` (backward costs), :meth:`value` and
-    :meth:`_split_entries` (how its table stores a split's right and left parts)."""
-
-    label = "ChainDP"
-
-    def _split_entries(self, a: int, k: int, h: int, js: np.ndarray, kk: np.ndarray,
-                       mlev: int, sa: int, cost: bool
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(right, left without x, left keeping x)`` table values of the splits of state
-        ``(a, k, h)`` at first checkpoints ``js`` (``INF`` where not allowed)."""
-        raise NotImplementedError
-
-    def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
-        """Append the schedule of state ``(a, k, h)`` at memory level ``mlev`` (cost mode) or
-        of least peak (mem mode) to ``ops``; first cheapest option in the order run, hold,
-        split by ``j``, re-evaluated in float64."""
-        tb, cost = self.tb, self.mode == "cost"
-
-        def val(a_, k_, h_, lev):
-            if cost and lev < 0:
-                return INF
-            return self.value(a_, k_, h_, lev)
-
-        while k < tb.M and k <= tb.e[a + 1]:
-            x = int(tb.hi_eff[k])
-            base = int(tb.s_ext[a + 1] + tb.g_ext[k] + (tb.s[x] if h else 0))
-            held = {a} | ({x} if h else set())
-            sa = int(tb.s_ext[a + 1])
-            cands = []  # (value, kind, data)
-            if set(tb.need(k)) <= held:
-                need = base + int(tb.g[k])
-                for hp in [0] + ([1] if h and tb.keepable(a, k + 1, x) else []):
-                    c = val(a, k + 1, hp, mlev)
-                    v = (self.bc[k] + c if need <= mlev else INF) if cost else max(need, c)
-                    cands.append((v, "run", hp))
-            else:
-                sw = base + tb.sweep_mem(a, x)
-                if not h:
-                    c = val(a, k, 1, mlev)
-                    v = ((tb.cumc[x + 1] - tb.cumc[a + 1] + c) if sw[-1] <= mlev else INF) \
-                        if cost else max(int(sw[-1]), c)
-                    cands.append((v, "hold", x))
-                if x - a >= 2:  # every first checkpoint j
-                    js = np.arange(a + 1, x)
-                    kk = tb.e[js + 1] + 1
-                    r, l0, l1 = self._split_entries(a, k, h, js, kk, mlev, sa, cost)
-                    lft = np.minimum(l0, l1)
-                    swj = sw[: len(js)]
-                    if cost:
-                        v = np.where(swj <= mlev, tb.cumc[js + 1] - tb.cumc[a + 1] + r + lft, INF)
-                    else:
-                        v = np.maximum(np.maximum(swj, r + sa), lft)
-                    i = int(np.argmin(v))
-                    cands.append((float(v[i]), "split", (int(js[i]), int(l1[i] < l0[i]))))
-            v, kind, dat = min(cands, key=lambda c: c[0])
-            if not np.isfinite(v):
-                raise SolverError(f"{self.label}: no schedule at this memory level (bug)")
-            if kind == "run":
-                ops.append(("b", k))
-                k, h = k + 1, dat
-            elif kind == "hold":
-                ops.extend(("f", i) for i in range(a + 1, x + 1))
-                h = 1
-            else:
-                j, hp = dat
-                ops.extend(("f", i) for i in range(a + 1, j + 1))
-                self.emit(j, k, h, mlev - sa if cost else 0, ops)
-                k, h = int(tb.e[j + 1]) + 1, hp
-
-
-class _FastDP(_ScheduleEmitter):
-    """The persistent recursion (options 1-2 of the module docstring), one numpy batch per
-    diagonal.
+class NumpyDP(ScheduleEmitter):
+    """The persistent recursion (options 1-2 of :mod:`solvers.chain_dp.exact`), one numpy batch
+    per diagonal.
 
     State ``(a, k, h)`` with ``x = hi_eff[k]`` lies on diagonal ``d = max(x - a, 0)``.  Its
     right parts ``F(j, k, h)`` (``j > a``) and left parts ``F(a, e(j) + 1, ·)`` (``x' <= j < x``)
@@ -170,7 +98,7 @@ class _FastDP(_ScheduleEmitter):
     (4 bytes per entry; ``K = 500``, 256 levels: 0.26 GB for ``T`` and ``Q`` together).
     """
 
-    def __init__(self, tb: _Tables, bwd_costs: np.ndarray, mode: str, Lv: int = 0,
+    def __init__(self, tb: Tables, bwd_costs: np.ndarray, mode: str, Lv: int = 0,
                  max_first: int | None = None):
         self.tb, self.bc, self.mode, self.Lv = tb, np.asarray(bwd_costs, float), mode, Lv
         self.max_first = max_first
@@ -228,7 +156,7 @@ class _FastDP(_ScheduleEmitter):
 
     # -- helpers ---------------------------------------------------------------------------
     def _keep(self, a, k, j):
-        """Vectorised ``_Tables.keepable(a, k, j)``."""
+        """Vectorised ``Tables.keepable(a, k, j)``."""
         tb = self.tb
         kc = np.minimum(k, tb.M - 1)
         return (k < tb.M) & (k <= tb.e[a + 1]) & (j > a) & (tb.hi_eff[kc] == j)
@@ -386,7 +314,7 @@ class _FastDP(_ScheduleEmitter):
 
     label = "ChainDP fast path"
 
-    def _split_entries(self, a, k, h, js, kk, mlev, sa, cost):
+    def split_entries(self, a, k, h, js, kk, mlev, sa, cost):
         lrow = self.sid[a + 1, kk]
         col = mlev if cost else 0
         rcol = mlev - sa if cost else 0

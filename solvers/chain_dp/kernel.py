@@ -1,8 +1,9 @@
-r"""Compiled (numba) kernels of the persistent chain recursion of :mod:`solvers.chain_dp`.
+r"""Compiled (numba) kernels of the persistent chain recursion (driver:
+:mod:`solvers.chain_dp.compiled`).
 
-Same recursion as :class:`solvers.chain_dp_fast._FastDP` (options 1-2 of the
-:mod:`solvers.chain_dp` docstring: run, hold, split at a first checkpoint ``j``; every ``j`` is
-tried, no cut), tabulated level by level:
+Same recursion as :class:`solvers.chain_dp.numpy_dp.NumpyDP` (options 1-2 of
+:mod:`solvers.chain_dp.exact`: run, hold, split at a first checkpoint ``j``; rotor's persistent
+class, Beaumont et al. 2019; every ``j`` is tried, no cut), tabulated level by level:
 
 * ``T[m, h, row]`` (``float32``, ``m = 0 .. Lv`` memory levels, ``row`` = state ``(a, k)``,
   numbered backward-node-major so that the right parts ``(j, k)``, ``j = a+1 ..``, of a state
@@ -22,19 +23,11 @@ the scalar kernel this replaced and compares every entry):
 * SIMD: the reduction is a 16-lane loop (``llvm.minnum``; numba's ``min`` is not vectorised,
   nor is a loop whose index may be negative); a min of sums each rounded once, in any order;
 * one pass over ``Q[a, ·]`` for the ``h = 1`` and ``h = 0`` states (two sums per load);
-* anchors in blocks of ``AB`` (their ``Q`` rows stay in L2 while every ``k`` runs over them;
-  no measurable gain on this machine, 9.2 s against 9.1 s before pruning);
+* anchors in blocks of ``AB`` (their ``Q`` rows stay in L2 while every ``k`` runs over them);
 * exact pruning (:func:`fill_cost`): block lower bounds select one contiguous range of first
   checkpoints per state, about 1 in 5 of them on the 1000-layer chain.
 
-Table fill of the 1000-layer default chain (256 levels, one core of the shared 2-core machine):
-78.6 s scalar kernel, 15.8 s SIMD, 9.3 s with the shared pass, 7.5 s with pruning.  Of those
-7.5 s, ~2.9 s are per-state work (10⁸ state-level visits: branches, loads, stores), ~1.3 s the
-1.7·10¹⁰ sums left, the rest the bounds and their latency (one scattered range per state).
-Tried and dropped: block pruning that scans each surviving block separately (1 sum in 12 left,
-but ~28 ns per scattered block: 18 s), four sums per load (two backward nodes per pass: no
-faster), two threads each taking half of a level's nonzero-size anchors (same table, but with
-the machine's other core busy 5x slower: every level waits for both threads).
+Timings: ``experiments/chain_dp_timing.py`` (``experiments/results/chain_dp_timing.csv``).
 
 :func:`fill_mem` is the ``(min, max)`` recursion (the exact smallest budget, bytes, no levels),
 where a split's sweep memory only grows with ``j``, so the scan over ``j`` stops once it
