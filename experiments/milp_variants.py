@@ -4,7 +4,7 @@ The instances of :mod:`experiments.milp_unseen` (seed, budget) are solved with t
 ChainDP warm start (the cheapest fitting frontier-form start that ``Checkmate`` picks) under one
 change at a time, each with the same time limit:
 
-* ``default``: :func:`solvers.checkmate.milp.solve_checkmate` with the whole memory chain
+* ``default``: :func:`solvers.checkmate.solve.solve_checkmate` with the whole memory chain
   (``lazy_memory=False``, how the policy called it before this experiment);
 * ``presolve_off``, ``no_restart`` (``mip_allow_restart=False``), ``no_heuristics``
   (``mip_heuristic_effort=0``): HiGHS options;
@@ -86,12 +86,12 @@ def run(seed: int, budget: str, variant: str, time_limit: float) -> dict:
     from experiments.milp_unseen import random_width_mlp
     from solvers.checkmate import CheckmateProblem
     from solvers.checkmate.formulation import Formulation
-    from solvers.checkmate.milp import solve_checkmate
     from solvers.checkmate.problem import schedule_memory
+    from solvers.checkmate.solve import solve_checkmate
 
     loss, params, batch = random_width_mlp(seed, numpy_params=True)
     g = remat.extract(loss, params, batch, stages=1000)
-    b = remat.budget.resolve_budget(budget, g)
+    b = remat.core.budget.resolve_budget(budget, g)
     problem = CheckmateProblem.from_graph(g, b)
     warm, _, _ = policies.get("checkmate", budget=b)._warm_start(g, problem)
     first_backward = min(nd.index for nd in g.nodes if nd.is_backward)

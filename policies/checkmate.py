@@ -56,18 +56,18 @@ class Checkmate(BasePolicy):
         ``"cpsat"`` (OR-Tools CP-SAT, the ``cpsat`` extra; exact MILP only, ``threads``
         workers) or ``"race"`` (HiGHS and CP-SAT at once, first proof wins; with
         ``lazy_memory`` the lazy HiGHS loop against CP-SAT's whole model,
-        :mod:`solvers.checkmate.lazy_race`, otherwise one model, :mod:`solvers.portfolio`;
+        :mod:`solvers.checkmate.lazy_race`, otherwise one model, :mod:`solvers.milp.backends.race`;
         what ``remat compare`` uses up to 100 nodes).
       warm_start: start the MILP from the best available heuristic schedule.
       lazy_memory: (HiGHS and the race) build the MILP's ``U``/``FREE`` memory chain only on the steps
         whose replayed peak a relaxation without it overshoots
-        (:func:`solvers.checkmate.milp.solve_checkmate`); ``meta["lazy_rounds"]`` lists the
+        (:func:`solvers.checkmate.solve.solve_checkmate`); ``meta["lazy_rounds"]`` lists the
         rounds.  100-layer random-width MLPs, 60 s: 7 of 10 proven optimal instead of 4
         (``experiments/results/milp_unseen.csv``).
       path_cuts: (HiGHS and the race) strengthen the small LP solved first with path cuts
         (:mod:`solvers.checkmate.path_cuts`) and give the MILP the rows that bind there.
       portfolio: (HiGHS, lazy) lazy HiGHS searches run at once with different random seeds,
-        first proof wins (:func:`solvers.checkmate.milp.solve_checkmate`); ``None``: two on a
+        first proof wins (:func:`solvers.checkmate.solve.solve_checkmate`); ``None``: two on a
         machine with two or more cores unless ``threads`` is set.
       lns: anytime mode for large graphs: improve the best warm start by large-neighbourhood
         search (:func:`solvers.checkmate.lns.solve_checkmate_lns`, windows of ``lns_window``

@@ -422,20 +422,21 @@ def test_warm_start_vector_satisfies_every_row():
 def test_lp_rounding_claims_infeasibility_only_when_proven(monkeypatch, exact):
     """When no rounding and no heuristic fits, LP rounding may only raise InfeasibleBudgetError
     if the peak-minimising MILP *proved* its minimum; an unproven best peak is a time-out."""
-    import solvers.checkmate as sc
+    import solvers.checkmate.lp_round as lr
 
     g = remat.chain_graph(5, sizes=[3, 1, 4, 1, 5])
     budget = int(0.8 * g.no_remat_peak())
-    prob = sc.CheckmateProblem.from_graph(g, budget=budget)
-    R0, S0 = sc.checkpoint_all_schedule(prob)
-    monkeypatch.setattr(sc, "min_r_given_s", lambda problem, S: (R0, S0))  # never fits
-    monkeypatch.setattr(sc, "best_heuristic", lambda problem, b: None)
+    prob = CheckmateProblem.from_graph(g, budget=budget)
+    R0, S0 = checkpoint_all_schedule(prob)
+    # the names lp_round looks up: no rounding, no heuristic, only a min-peak schedule over budget
+    monkeypatch.setattr(lr, "min_r_given_s", lambda problem, S: (R0, S0))  # never fits
+    monkeypatch.setattr(lr, "best_heuristic", lambda problem, b: None)
     monkeypatch.setattr(
-        sc, "_min_peak_schedule", lambda problem, left, *a, **k: (budget + 1, exact, R0, S0)
+        lr, "min_peak_schedule", lambda problem, left, *a, **k: (budget + 1, exact, R0, S0)
     )
     expected = InfeasibleBudgetError if exact else SolverTimeoutError
     with pytest.raises(expected):
-        sc.solve_checkmate_lp(prob, time_limit=10)
+        lr.solve_checkmate_lp(prob, time_limit=10)
 
 
 def test_policy_never_returns_worse_than_a_candidate_it_tried(chain20, monkeypatch):
@@ -536,7 +537,7 @@ def test_lns_node_windows_never_worse_and_fit(kinds):
     """Node windows (columns freed in every step) and step windows together: the LNS result is
     never costlier than its start, fits the budget by replay of the schedule, and its bound is
     below the exact optimum."""
-    from solvers.checkmate.lns import _windows, solve_checkmate_lns
+    from solvers.checkmate.lns import solve_checkmate_lns, windows
 
     P = _random_problem(24, 3, 0.7)
     g = remat.make_graph([f"v{i}" for i in range(P.n)], [tuple(e) for e in P.edges.tolist()],
@@ -553,7 +554,7 @@ def test_lns_node_windows_never_worse_and_fit(kinds):
     c0 = float(P.costs @ start[0].sum(0))
     # every neighbourhood offered has recomputation inside it, most first
     for w in (2, 4, 8):
-        wins = _windows(P, start[0], w, kinds)
+        wins = windows(P, start[0], w, kinds)
         waste_s = start[0].astype(float) @ P.costs - P.costs
         waste_n = (start[0].sum(0) - 1.0) * P.costs
         sc = [float((waste_s if k == "steps" else waste_n)[a:b].sum()) for k, a, b in wins]

@@ -15,16 +15,17 @@ from remat.core.errors import InfeasibleBudgetError, SolverError
 from solvers.checkmate import min_feasible_budget, solve_checkmate
 from solvers.checkmate.formulation import Formulation
 from solvers.checkmate.frontier import best_heuristic
-from solvers.checkmate.lazy_portfolio import solve_lazy_portfolio
-from solvers.checkmate.milp import SolveClock, _LpBound, _portfolio_size
+from solvers.checkmate.lazy_portfolio import portfolio_size, solve_lazy_portfolio
 from solvers.checkmate.problem import schedule_cost, schedule_memory
+from solvers.checkmate.solve_state import SolveClock, SolveState
 
 
 def _portfolio(P, seeds=(0, 1), time_limit=SAFETY_S, delay_s=0.0, mip_gap=1e-6, options=None):
     h = best_heuristic(P, P.budget)
     warm = (h[1], h[2]) if h is not None and h[3] <= P.budget else None
-    return solve_lazy_portfolio(P, warm, Formulation(), SolveClock(time_limit), mip_gap, seeds,
-                                True, options, False, _LpBound(), {}, delay_s=delay_s)
+    state = SolveState(P, SolveClock(time_limit), warm=warm, formulation=Formulation(),
+                       mip_gap=mip_gap, options=options)
+    return solve_lazy_portfolio(state, seeds, delay_s=delay_s)
 
 
 def _between(P0, frac):
@@ -60,11 +61,11 @@ def test_default_is_two_searches_unless_threads_are_set(monkeypatch):
     """``portfolio=None``: two searches with two cores or more and no ``threads`` given; one
     otherwise."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert _portfolio_size(None, None) == 2
-    assert _portfolio_size(None, 2) == 1
-    assert _portfolio_size(3, 2) == 3
+    assert portfolio_size(None, None) == 2
+    assert portfolio_size(None, 2) == 1
+    assert portfolio_size(3, 2) == 3
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
-    assert _portfolio_size(None, None) == 1
+    assert portfolio_size(None, None) == 1
 
 
 def test_other_seeds_start_only_after_the_delay():

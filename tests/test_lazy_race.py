@@ -66,7 +66,7 @@ def test_lazy_race_returns_cpsats_schedule_when_highs_has_none(monkeypatch):
 
     P = next(iter(_instances()))
     ref = solve_checkmate(P, time_limit=SAFETY_S, lp_first=False, lazy_memory=False, warm_start=None)
-    monkeypatch.setattr(lr, "_solve_lazy", no_highs)
+    monkeypatch.setattr(lr, "solve_lazy", no_highs)
     race = solve_checkmate(P, time_limit=SAFETY_S, lp_first=False, warm_start=None, backend="race")
     assert race.meta["race"]["winner"] == "cpsat"
     assert race.meta["race"]["highs_error"] == "SolverTimeoutError"
@@ -76,7 +76,7 @@ def test_lazy_race_returns_cpsats_schedule_when_highs_has_none(monkeypatch):
     def no_cpsat(*a, **k):
         raise SolverTimeoutError("stub: no CP-SAT incumbent", bound=None)
 
-    monkeypatch.setattr("solvers.cpsat.solve_cpsat", no_cpsat)
+    monkeypatch.setattr("solvers.milp.backends.cpsat.solve_cpsat", no_cpsat)
     with pytest.raises(SolverTimeoutError, match="stub"):
         solve_checkmate(P, time_limit=SAFETY_S, lp_first=False, warm_start=None, backend="race")
 
@@ -102,7 +102,7 @@ def test_lazy_race_cpsat_infeasibility_proof_names_the_smallest_feasible_budget(
 
     P = next(iter(_instances()))
     lo = min_feasible_budget(P)[0]
-    monkeypatch.setattr(lr, "_solve_lazy", highs_outpaced)
+    monkeypatch.setattr(lr, "solve_lazy", highs_outpaced)
     with pytest.raises(InfeasibleBudgetError) as err:
         solve_checkmate(P.with_budget(lo - 1), time_limit=SAFETY_S, lp_first=False,
                         warm_start=None, backend="race")
@@ -117,7 +117,8 @@ def test_lazy_solve_stops_when_cancelled_from_another_thread():
     the incumbent comes back."""
     from solvers.checkmate.formulation import Formulation
     from solvers.checkmate.frontier import best_heuristic
-    from solvers.checkmate.milp import LazyCancel, SolveClock, _LpBound, _solve_lazy
+    from solvers.checkmate.lazy import LazyCancel, solve_lazy
+    from solvers.checkmate.solve_state import SolveClock, SolveState
 
     rng = np.random.default_rng(0)
     L = 40
@@ -140,8 +141,9 @@ def test_lazy_solve_stops_when_cancelled_from_another_thread():
 
     canceller = threading.Thread(target=cancel_once_under_way, daemon=True)
     canceller.start()
-    sol = _solve_lazy(P, warm, Formulation(), SolveClock(SAFETY_S), 1e-6, None, True, None,
-                      False, _LpBound(), {}, cancel=cancel)
+    state = SolveState(P, SolveClock(SAFETY_S), warm=warm, formulation=Formulation(),
+                       mip_gap=1e-6)
+    sol = solve_lazy(state, cancel=cancel)
     canceller.join(SAFETY_S)
     assert under_way.is_set() and cancel.event.is_set()
     rounds = sol.meta["lazy_rounds"]

@@ -125,7 +125,7 @@ def test_context_time_limit_reaches_the_solver(monkeypatch):
     phase (path cuts) and every HiGHS MILP under it get a share of it (the limits are recorded
     as they are passed: no clock is raced; which phases run in 2 s depends on the machine)."""
     import policies.checkmate as pc
-    import solvers.checkmate.milp as cm
+    import solvers.checkmate.solve_state as cm
     from solvers.milp import MilpModel
 
     seen = {"solve_checkmate": [], "path_cuts": [], "highs": []}

@@ -104,17 +104,17 @@ def test_repair_of_a_fitting_schedule_and_bad_input():
 
 @pytest.mark.parametrize("due", [True, False])
 def test_lazy_solve_stops_a_relaxation_whose_incumbent_overshoots_only_when_due(overshooting, due):
-    """The lazy solve's watch (``_OvershootWatch``) sees every improving solution of a
+    """The lazy solve's watch (``OvershootWatch``) sees every improving solution of a
     relaxation: past its deadline an incumbent that overshoots stops the search (the time left
     is for the repair); before it, the relaxation is solved to its optimum."""
     import time
 
-    from solvers.checkmate.milp import _OvershootWatch
+    from solvers.checkmate.lazy import OvershootWatch
 
     P, R, S, _ = overshooting[0]
     model = MilpModel("relaxation")
     v = add_checkmate_core(model, P, budget=P.budget, formulation=Formulation(memory_chain=False))
-    watch = _OvershootWatch(P, v, float("inf"), time.perf_counter() + (-1.0 if due else SAFETY_S))
+    watch = OvershootWatch(P, v, float("inf"), time.perf_counter() + (-1.0 if due else SAFETY_S))
     sol = model.solve("highs", time_limit=SAFETY_S, mip_gap=1e-6, on_start=watch.attach)
     assert watch.over  # the relaxation's own optimum overshoots
     assert watch.stopped is due

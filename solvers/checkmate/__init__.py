@@ -11,10 +11,19 @@ Modules, each importing only those above it:
   heuristic schedules (warm starts and fallbacks);
 * :mod:`~solvers.checkmate.formulation`: the MILP's variables and core rows
   (:func:`add_checkmate_core`) with the :class:`CoreExtension` hook that POET builds on;
+* :mod:`~solvers.checkmate.path_cuts`: valid rows the small LP relaxation violates;
 * :mod:`~solvers.checkmate.repair`: a window MILP that repairs a schedule overshooting the
   budget on a few steps (:func:`repair_schedule`, used by the lazy solve);
-* :mod:`~solvers.checkmate.milp`: the exact solve (:func:`solve_checkmate`) with its time split
-  and fallbacks, and :func:`min_feasible_budget` (peak-minimising MILP);
+* :mod:`~solvers.checkmate.min_peak`: :func:`min_feasible_budget` (peak-minimising MILP);
+* :mod:`~solvers.checkmate.solve_state`: :class:`~solvers.checkmate.solve_state.SolveState`,
+  what every strategy below takes, the solve's clock and the small LP's bound;
+* the strategies, each ``f(state) -> CheckmateSolution``: :mod:`~solvers.checkmate.whole` (one
+  model), :mod:`~solvers.checkmate.lazy` (memory chain added lazily),
+  :mod:`~solvers.checkmate.lazy_portfolio` (the lazy loop over HiGHS seeds),
+  :mod:`~solvers.checkmate.lazy_race` (the lazy loop against CP-SAT),
+  :mod:`~solvers.checkmate.lns` (large-neighbourhood search from a schedule);
+* :mod:`~solvers.checkmate.solve`: the exact solve (:func:`solve_checkmate`): the steps before
+  any MILP, then one strategy;
 * :mod:`~solvers.checkmate.lp_round`: LP relaxation + rounding (:func:`solve_checkmate_lp`).
 """
 
@@ -36,8 +45,7 @@ from solvers.checkmate.frontier import (
     to_frontier_form,
 )
 from solvers.checkmate.lp_round import solve_checkmate_lp
-from solvers.checkmate.milp import _min_peak_schedule as _min_peak_schedule
-from solvers.checkmate.milp import min_feasible_budget, solve_checkmate
+from solvers.checkmate.min_peak import min_feasible_budget
 from solvers.checkmate.problem import (
     CheckmateProblem,
     CheckmateSolution,
@@ -47,6 +55,7 @@ from solvers.checkmate.problem import (
     schedule_memory,
 )
 from solvers.checkmate.repair import RepairResult, repair_schedule
+from solvers.checkmate.solve import solve_checkmate
 
 __all__ = [
     "CheckmateProblem",
@@ -74,5 +83,3 @@ __all__ = [
     "repair_schedule",
     "RepairResult",
 ]
-# ``_min_peak_schedule`` is re-exported (not in ``__all__``) for solve_checkmate_lp's call-time
-# lookup (see solvers.checkmate.lp_round._api) and the tests that substitute it.

@@ -36,7 +36,7 @@ Formulation work on top of the paper (each optional, see :class:`Formulation`):
   ``sum_i M_i S[t, i] <= budget`` (with the frontier rows); a relaxation, much smaller.
   ``chain_steps``: the chain for those steps only, start rows for the others (a relaxation
   until every step whose replayed peak exceeds the budget has its chain; see
-  :func:`solvers.checkmate.milp.solve_checkmate`'s ``lazy_memory``).
+  :func:`solvers.checkmate.solve.solve_checkmate`'s ``lazy_memory``).
 * a complete warm start computed from a heuristic schedule (:func:`checkmate_vector`: ``R``,
   ``S`` fixed, ``FREE`` and ``U`` computed directly), handed to HiGHS with ``setSolution``.
 
@@ -85,7 +85,7 @@ class Formulation:
     memory_chain: bool = True
     integer_memory: bool = False  # memory in units of the sizes' gcd, uncapped (CP-SAT)
     # steps whose U/FREE chain is built (``None``: every step); the other steps keep only the
-    # start-of-step and frontier rows (the lazy solve of :mod:`solvers.checkmate.milp`)
+    # start-of-step and frontier rows (the lazy solve of :mod:`solvers.checkmate.lazy`)
     chain_steps: tuple[int, ...] | None = None
 
 

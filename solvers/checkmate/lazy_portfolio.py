@@ -1,54 +1,58 @@
 """The lazy HiGHS solve run as a portfolio: one search per random seed, one core each.
 
-HiGHS's MIP search is nearly serial: on a 100-layer random-width MLP at 30 % (202 nodes, the
-relaxation without memory chain, 39k binaries after presolve) a solve with ``threads=2`` used
-115 % of the 2-core machine's CPU and took as long as one with ``threads=1`` (21.8 s against
-22.2 s).  Its time also swings with the random seed: 35-54 s over seeds 0-3 on one such
-instance with one set of path-cut rows.  So the second core is better spent on a second search
-with another seed than on HiGHS's own threads: :func:`solve_lazy_portfolio` runs
-:func:`~solvers.checkmate.milp._solve_lazy` once per seed, each in its own thread with one HiGHS
-thread (highspy releases the GIL while it solves), and the first to prove its answer optimal
-stops the others (:class:`~solvers.checkmate.milp.LazyCancel`).  Otherwise, at the time limit,
-the cheapest schedule found (every one fits on replay) is returned with the largest bound (each
-member's bound is a bound of the same problem: its rounds are relaxations of it).
-
-Same instance, seeds 0 and 1 at once: proven in 18.5 s (seed 1; seed 0 in 25.4 s, 14 % slower
-than alone on the shared machine).  Paired, five 100-layer MLPs at 30 % and 60 s
-(``python experiments/milp_unseen.py --portfolio both``,
-``experiments/results/milp_unseen_portfolio.csv``): the portfolio proves all five (16-43 s),
-one search four (seed 2 stops at 0.012 %).  Two more calibrations with the portfolio: 5 of 5
-and 4 of 5 (``milp_unseen_portfolio_repeats.csv``).  HiGHS's ``mip_heuristic_effort=0`` (the
-warm start is already optimal on these) changed nothing: same node counts and times.
+HiGHS's MIP search is nearly serial and its time swings with the random seed, so a second core
+is better spent on a second search with another seed than on HiGHS's own threads:
+:func:`solve_lazy_portfolio` runs :func:`~solvers.checkmate.lazy.solve_lazy` once per seed, each
+in its own thread with one HiGHS thread (highspy releases the GIL while it solves), and the first
+to prove its answer optimal stops the others (:class:`~solvers.checkmate.lazy.LazyCancel`).
+Otherwise, at the time limit, the cheapest schedule found (every one fits on replay) is returned
+with the largest bound (each member's bound is a bound of the same problem: its rounds are
+relaxations of it).  Portfolio against one search on 100-layer random-width MLPs:
+``experiments/results/milp_unseen_portfolio.csv`` (``python experiments/milp_unseen.py
+--portfolio both``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import threading
 from collections.abc import Sequence
 
 from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
-from solvers.checkmate.formulation import Formulation
-from solvers.checkmate.milp import LazyCancel, SolveClock, _LpBound, _solve_lazy
+from solvers.checkmate.lazy import LazyCancel, solve_lazy
 from solvers.checkmate.problem import CheckmateProblem, CheckmateSolution, rel_gap
+from solvers.checkmate.solve_state import SolveState
 from solvers.milp import highs_thread_count
 
-__all__ = ["solve_lazy_portfolio"]
+__all__ = ["portfolio_size", "solve_lazy_portfolio"]
 
 
-def solve_lazy_portfolio(problem: CheckmateProblem, warm, formulation: Formulation,
-                         clock: SolveClock, mip_gap: float, seeds: Sequence[int],
-                         presolve: bool, options: dict | None, log: bool, lp: _LpBound,
-                         meta: dict, delay_s: float = 1.0) -> CheckmateSolution:
-    """Run the lazy HiGHS loop once per seed in ``seeds``, at once (see the module docstring).
+def portfolio_size(portfolio: int | None, threads: int | None) -> int:
+    """How many lazy HiGHS searches ``solve_checkmate(portfolio=...)`` runs at once:
+    ``portfolio``, or when ``None`` two if ``threads`` is ``None`` and the process may use two
+    or more cores, else one."""
+    if portfolio is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        return 2 if threads is None and cores >= 2 else 1
+    if isinstance(portfolio, bool) or not isinstance(portfolio, int) or portfolio < 1:
+        raise SolverError(f"portfolio must be a positive number of searches, got {portfolio!r}")
+    return portfolio
+
+
+def solve_lazy_portfolio(state: SolveState, seeds: Sequence[int], delay_s: float = 1.0
+                         ) -> CheckmateSolution:
+    """Run :func:`~solvers.checkmate.lazy.solve_lazy` on ``state`` once per seed in ``seeds``,
+    at once (see the module docstring).
 
     Args:
-      problem, warm, formulation, clock, mip_gap, presolve, options, log, lp, meta: as for
-        :func:`solvers.checkmate.milp._solve_lazy` (``options`` go to every member's HiGHS;
-        a ``random_seed`` there is overridden by the member's seed).
+      state: the solve; ``state.options`` go to every member's HiGHS (a ``random_seed`` there
+        is overridden by the member's seed), ``state.threads`` is replaced by one.
       seeds: HiGHS ``random_seed`` of each member (at least two, distinct).
-      delay_s: the first member runs alone for that long; the others start only if it has
-        not finished by then (easy instances cost no second search).
+      delay_s: the first member runs alone for that long (seconds); the others start only if
+        it has not finished by then (easy instances cost no second search).
 
     Returns:
       The cheapest member's :class:`CheckmateSolution` with the best bound of all members;
@@ -61,6 +65,7 @@ def solve_lazy_portfolio(problem: CheckmateProblem, warm, formulation: Formulati
       InfeasibleBudgetError: a member proved that no schedule fits.
       SolverTimeoutError: no member found a schedule in time (with the best bound).
     """
+    problem, clock, mip_gap = state.problem, state.clock, state.mip_gap
     seeds = [int(s) for s in seeds]
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise SolverError(f"a portfolio needs at least two distinct seeds, got {seeds!r}")
@@ -69,10 +74,10 @@ def solve_lazy_portfolio(problem: CheckmateProblem, warm, formulation: Formulati
     ended: list[float] = [math.nan] * len(seeds)
 
     def member(k: int) -> None:
-        opts = {**(options or {}), "random_seed": seeds[k]}
+        opts = {**(state.options or {}), "random_seed": seeds[k]}
         try:
-            sol = _solve_lazy(problem, warm, formulation, clock, mip_gap, 1, presolve, opts,
-                              log, lp, dict(meta), cancel=cancels[k])
+            sol = solve_lazy(dataclasses.replace(state, threads=1, options=opts,
+                                                 meta=dict(state.meta)), cancel=cancels[k])
         except Exception as e:  # noqa: BLE001 (handed to the calling thread)
             results[k] = e
             if isinstance(e, InfeasibleBudgetError):

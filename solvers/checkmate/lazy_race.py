@@ -1,24 +1,15 @@
 """HiGHS's lazy Checkmate solve and CP-SAT on the whole model at once: first proof wins.
 
-``solve_checkmate(backend="race")`` used to race HiGHS and CP-SAT on one model with the whole
-``U``/``FREE`` memory chain (:func:`solvers.portfolio.solve_race`).  HiGHS is much faster with
-the chain added lazily (:func:`solvers.checkmate.milp._solve_lazy`, relaxation rounds and the
-repair of overshooting schedules), but the lazy loop is a sequence of models, not one, so the
-race is run here, one level up: the lazy loop in the calling thread, CP-SAT on the whole
-integer model (memory in units of the sizes' gcd) in a second thread.  The first to prove its
-answer optimal stops the other (:class:`~solvers.checkmate.milp.LazyCancel` /
-``CpSolver.stop_search``); otherwise, at the time limit, the cheaper schedule that fits on
-replay is returned with the larger of the two bounds (both bound the same problem).
-
-Zoo at 20 s on the 2-core machine (``python -m experiments.cpsat_benchmark --solvers race
-race-full --out experiments/results/lazy_race_zoo.csv``; ``race-full`` is the one-model race):
-11 instances proven against 9; GPT-2 small at 50 % in 1.7 s (15.7 s), MobileNet-v2 and
-SqueezeNet in 0.6 s (2.7-5.8 s), ResNet-18 at 50 % in 1.3 s (4.9 s); GPT-2 small at 30 % and
-ResNet-50 at 50 % are proven only by this race (4.5 s, 15.9 s).  Not a win everywhere: with
-CP-SAT on one of the two cores the lazy HiGHS loop alone does better on BERT small at 50 %
-(proven in 16 s; the race stops at 0.7 %) and ResNet-18 at 30 % (1.042x against 1.076x).  On
-the 100-layer random-width MLPs at 30 % (seeds 0, 2, 4) CP-SAT's bound never leaves the
-trivial one and the race ends where HiGHS alone does (gaps 0.045-0.10 % at 60 s).
+The lazy loop (:func:`solvers.checkmate.lazy.solve_lazy`, relaxation rounds and the repair of
+overshooting schedules) is a sequence of models, not one, so the race with CP-SAT
+(:func:`solvers.milp.backends.cpsat.solve_cpsat`) is run here, one level above the models: the
+lazy loop in the calling thread, CP-SAT on the whole integer model (memory in units of the
+sizes' gcd) in a second thread.  The first to prove its answer optimal stops the other
+(:class:`~solvers.checkmate.lazy.LazyCancel` / ``CpSolver.stop_search``); otherwise, at the
+time limit, the cheaper schedule that fits on replay is returned with the larger of the two
+bounds (both bound the same problem).  Against the one-model race
+(:mod:`solvers.milp.backends.race`) on the zoo: ``experiments/results/lazy_race_zoo.csv``
+(``python -m experiments.cpsat_benchmark --solvers race race-full``).
 """
 
 from __future__ import annotations
@@ -28,13 +19,8 @@ import math
 import threading
 
 from remat.core.errors import InfeasibleBudgetError, SolverError, SolverTimeoutError
-from solvers.checkmate.formulation import (
-    Formulation,
-    add_checkmate_core,
-    checkmate_vector,
-    decode_schedule,
-)
-from solvers.checkmate.milp import LazyCancel, SolveClock, _LpBound, _raise_infeasible, _solve_lazy
+from solvers.checkmate.formulation import add_checkmate_core, checkmate_vector, decode_schedule
+from solvers.checkmate.lazy import LazyCancel, solve_lazy
 from solvers.checkmate.problem import (
     CheckmateProblem,
     CheckmateSolution,
@@ -42,22 +28,19 @@ from solvers.checkmate.problem import (
     schedule_cost,
     schedule_memory,
 )
+from solvers.checkmate.solve_state import SolveClock, SolveState, raise_infeasible
 from solvers.milp import MilpModel
+from solvers.milp.backends import cpsat
 
 __all__ = ["solve_lazy_race"]
 
 
-def solve_lazy_race(problem: CheckmateProblem, warm, formulation: Formulation,
-                    clock: SolveClock, mip_gap: float, threads: int | None, presolve: bool,
-                    options: dict | None, log: bool, lp: _LpBound, meta: dict,
-                    cpsat_workers: int = 3) -> CheckmateSolution:
-    """Race the lazy HiGHS solve against CP-SAT (see the module docstring).
+def solve_lazy_race(state: SolveState) -> CheckmateSolution:
+    """Race :func:`~solvers.checkmate.lazy.solve_lazy` on ``state`` against CP-SAT (see the
+    module docstring).
 
-    Args:
-      problem, warm, formulation, clock, mip_gap, threads, presolve, options, log, lp, meta:
-        as for :func:`solvers.checkmate.milp._solve_lazy` (``threads``, ``presolve`` and
-        ``options`` go to HiGHS).
-      cpsat_workers: CP-SAT's workers.
+    ``state.options`` go to HiGHS, but for ``cpsat_workers`` (CP-SAT's workers, default 3) and
+    ``log``, which are taken out; ``state.threads`` and ``state.presolve`` are HiGHS's.
 
     Returns:
       :class:`CheckmateSolution`; ``meta["race"]`` has each side's status, objective, bound
@@ -68,31 +51,35 @@ def solve_lazy_race(problem: CheckmateProblem, warm, formulation: Formulation,
       InfeasibleBudgetError: no schedule fits (from either side).
       SolverTimeoutError: neither side found a schedule in time.
     """
-    from solvers.cpsat import available, solve_cpsat
-
-    if not available():
+    opts = dict(state.options or {})
+    cpsat_workers = int(opts.pop("cpsat_workers", 3))
+    opts.pop("log", None)
+    state = dataclasses.replace(state, options=opts)
+    problem, clock, mip_gap, warm = state.problem, state.clock, state.mip_gap, state.warm
+    if not cpsat.available():
         raise SolverError("the HiGHS/CP-SAT race needs OR-Tools: pip install -e '.[cpsat]'")
     if int(cpsat_workers) < 1:
         raise SolverError(f"cpsat_workers must be at least 1, got {cpsat_workers!r}")
     cancel = LazyCancel()
     lock = threading.Lock()
-    state: dict = {"highs_done": False, "cp": None}
+    shared: dict = {"highs_done": False, "cp": None}
     out: dict = {}
 
     def on_cp_start(cp_solver) -> None:
         with lock:
-            state["cp"] = cp_solver
-            if state["highs_done"]:
+            shared["cp"] = cp_solver
+            if shared["highs_done"]:
                 cp_solver.stop_search()
 
     def run_cpsat() -> None:
         try:
-            form = dataclasses.replace(formulation, integer_memory=True, chain_steps=None)
+            form = dataclasses.replace(state.formulation, integer_memory=True, chain_steps=None)
             model = MilpModel("checkmate_cpsat")
             v = add_checkmate_core(model, problem, budget=problem.budget, formulation=form)
             x0 = None if warm is None else checkmate_vector(model, v, problem, *warm)
-            sol = solve_cpsat(model, time_limit=clock.left(floor=0.5), mip_gap=mip_gap,
-                              workers=cpsat_workers, warm_start=x0, on_start=on_cp_start)
+            sol = cpsat.solve_cpsat(model, time_limit=clock.left(floor=0.5), mip_gap=mip_gap,
+                                    workers=cpsat_workers, warm_start=x0,
+                                    on_start=on_cp_start)
             out["cp"] = (sol, v)
             if sol.status in ("optimal", "infeasible"):
                 cancel.cancel()
@@ -102,21 +89,20 @@ def solve_lazy_race(problem: CheckmateProblem, warm, formulation: Formulation,
     thread = threading.Thread(target=run_cpsat, name="checkmate-cpsat", daemon=True)
     thread.start()
     try:
-        lazy = _solve_lazy(problem, warm, formulation, clock, mip_gap, threads, presolve,
-                           options, log, lp, meta, cancel=cancel)
+        lazy = solve_lazy(state, cancel=cancel)
     except (SolverTimeoutError, InfeasibleBudgetError) as e:
         lazy, lazy_error = None, e
     else:
         lazy_error = None
     with lock:
-        state["highs_done"] = True
-        if lazy is not None and lazy.status == "optimal" and state["cp"] is not None:
-            state["cp"].stop_search()
+        shared["highs_done"] = True
+        if lazy is not None and lazy.status == "optimal" and shared["cp"] is not None:
+            shared["cp"].stop_search()
     if lazy is None or lazy.status != "optimal":
         thread.join()  # CP-SAT may still prove or improve: it stops at the time limit
     else:
         thread.join(timeout=max(1.0, clock.left()))
-    return _combine(problem, lazy, lazy_error, out, mip_gap, meta, clock)
+    return _combine(problem, lazy, lazy_error, out, mip_gap, state.meta, clock)
 
 
 def _combine(problem: CheckmateProblem, lazy: CheckmateSolution | None,
@@ -140,7 +126,7 @@ def _combine(problem: CheckmateProblem, lazy: CheckmateSolution | None,
         if cp_sol.status == "infeasible" and lazy is None:
             # CP-SAT's proof stopped the HiGHS side before its own: name the smallest
             # feasible budget (or SolverError if a schedule fits after all)
-            _raise_infeasible(problem, clock)
+            raise_infeasible(problem, clock)
         if math.isfinite(cp_sol.bound):
             cp_bound = cp_sol.bound * v.cost_unit
         if cp_sol.has_solution:

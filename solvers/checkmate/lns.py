@@ -17,9 +17,9 @@ recomputation cost inside them; those with none are skipped: they cannot improve
 ``w / 2``; one solved to optimality is skipped until the incumbent changes where it reads it; a
 sweep with no improvement doubles ``w``.  A window covering every step
 is the full MILP: when it ends ``optimal`` the incumbent is proven optimal.  The returned lower
-bound is the small LP relaxation's (:func:`solvers.checkmate.milp._lp_bound`, at most a fifth of
-the time) or the MILP's own when the full window finished, and the trivial ``sum(costs)``
-otherwise.
+bound is the small LP relaxation's (:func:`solvers.checkmate.solve_state.small_lp_bound`, at
+most a fifth of the time) or the MILP's own when the full window finished, and the trivial
+``sum(costs)`` otherwise.
 
 Costs are the problem's cost units; times are wall-clock seconds.
 """
@@ -39,7 +39,6 @@ from solvers.checkmate.formulation import (
     checkmate_vector,
     decode_schedule,
 )
-from solvers.checkmate.milp import _lp_bound
 from solvers.checkmate.problem import (
     CheckmateProblem,
     CheckmateSolution,
@@ -48,9 +47,10 @@ from solvers.checkmate.problem import (
     schedule_cost,
     schedule_memory,
 )
+from solvers.checkmate.solve_state import LpBound, SolveClock, SolveState, small_lp_bound
 from solvers.milp import MilpModel
 
-__all__ = ["solve_checkmate_lns", "LnsStep"]
+__all__ = ["solve_checkmate_lns", "solve_lns", "windows", "LnsStep"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,7 @@ class LnsStep:
     kind: str = "steps"
 
 
-def _windows(problem: CheckmateProblem, R: np.ndarray, w: int, kinds: tuple[str, ...]
+def windows(problem: CheckmateProblem, R: np.ndarray, w: int, kinds: tuple[str, ...]
              ) -> list[tuple[str, int, int]]:
     """Neighbourhoods of width ``w``, stride ``w // 2``, most recomputation cost first.
 
@@ -111,17 +111,39 @@ def solve_checkmate_lns(
     neighbourhoods: tuple[str, ...] = ("steps", "nodes"),
     lower_bound: float | None = None,
 ) -> CheckmateSolution:
-    """Improve the feasible frontier-form schedule ``start`` within ``time_limit`` seconds.
+    """Improve the feasible frontier-form schedule ``start`` within ``time_limit`` seconds
+    (:func:`solve_lns` on a fresh :class:`SolveState`).
 
     Args:
       problem: the graph on arrays with ``budget`` (bytes) set.
       start: ``(R, S)`` ``bool[n, n]`` frontier-form schedule that fits the budget.
+      lower_bound: a bound already proven by the caller (e.g. LP rounding's LP), cost units.
+      window, window_time, lp_bound, neighbourhoods: as for :func:`solve_lns`.
+
+    Returns and raises as :func:`solve_lns`.
+    """
+    known = (LpBound(float(lower_bound)) if lower_bound is not None and math.isfinite(lower_bound)
+             else LpBound())
+    state = SolveState(problem, SolveClock(time_limit), warm=start, formulation=formulation,
+                       mip_gap=mip_gap, lp=known, threads=threads)
+    return solve_lns(state, window=window, window_time=window_time, lp_bound=lp_bound,
+                     neighbourhoods=neighbourhoods)
+
+
+def solve_lns(state: SolveState, *, window: int = 16, window_time: float | None = None,
+              lp_bound: bool = True, neighbourhoods: tuple[str, ...] = ("steps", "nodes")
+              ) -> CheckmateSolution:
+    """Improve ``state.warm`` (a frontier-form schedule that fits) by large-neighbourhood search
+    within ``state.clock``'s limit (see the module docstring).
+
+    Args:
+      state: the solve; ``state.lp.bound`` is a bound already proven (cost units, ``-inf``:
+        none), ``state.threads`` HiGHS's threads.
       window: initial window size (steps); doubled after a sweep without improvement.
-      window_time: seconds per sub-solve (default: a tenth of ``time_limit``, at least 2 s).
+      window_time: seconds per sub-solve (default: a tenth of the time limit, at least 2 s).
       lp_bound: solve the small LP relaxation first for a lower bound.
       neighbourhoods: ``"steps"`` (windows of consecutive steps) and/or ``"nodes"`` (windows
-        of consecutive nodes across all steps); see :func:`_windows`.
-      lower_bound: a bound already proven by the caller (e.g. LP rounding's LP), cost units.
+        of consecutive nodes across all steps); see :func:`windows`.
 
     Returns:
       :class:`CheckmateSolution` with status ``optimal`` (the full window was solved to
@@ -129,13 +151,16 @@ def solve_checkmate_lns(
       (:class:`LnsStep` as dicts), ``meta["start_objective"]`` the start's cost.
 
     Raises:
-      SolverError: ``start`` is not a frontier-form schedule within the budget.
+      SolverError: ``state.warm`` is not a frontier-form schedule within the budget.
     """
-    t_start = time.perf_counter()
+    problem, clock, mip_gap, threads = state.problem, state.clock, state.mip_gap, state.threads
+    formulation, time_limit = state.formulation, state.clock.limit
     budget = problem.budget
     if budget is None:
         raise SolverError("solve_checkmate_lns needs a budget")
-    R, S = normalize(problem, *(np.asarray(a, bool) for a in start))
+    if state.warm is None:
+        raise SolverError("LNS needs a start schedule")
+    R, S = normalize(problem, *(np.asarray(a, bool) for a in state.warm))
     if np.triu(R, 1).any() or np.triu(S).any() or not np.diag(R).all():
         raise SolverError("LNS start is not a frontier-form schedule (R, S lower triangular)")
     peak, _ = schedule_memory(problem, R, S)
@@ -144,12 +169,10 @@ def solve_checkmate_lns(
     cost = schedule_cost(problem, R)
     start_cost = cost
     n = problem.n
-    lb = float(problem.costs.sum())
+    lb = max(float(problem.costs.sum()), state.lp.bound)
     lp_s = 0.0
-    if lower_bound is not None and math.isfinite(lower_bound):
-        lb = max(lb, float(lower_bound))
     if lp_bound:
-        lp = _lp_bound(problem, formulation, 0.2 * time_limit, threads)
+        lp = small_lp_bound(problem, formulation, 0.2 * time_limit, threads)
         if math.isfinite(lp.bound):
             lb = max(lb, lp.bound)
         lp_s = lp.time_s
@@ -161,9 +184,7 @@ def solve_checkmate_lns(
     steps: list[LnsStep] = []
     status = "time_limit"
     w = max(2, min(int(window), n))
-
-    def left() -> float:
-        return time_limit - (time.perf_counter() - t_start)
+    left = clock.left
 
     # A step window's sub-problem reads the incumbent only on steps [t0 - 1, t1] (carry rows at
     # its edges, the memory rows of its own steps): one solved to optimality is skipped until
@@ -186,7 +207,7 @@ def solve_checkmate_lns(
     skipped = 0
     while left() > 0.5 and status != "optimal" and cost - lb > mip_gap * cost:
         improved = False
-        for kind, t0, t1 in _windows(problem, R, w, kinds):
+        for kind, t0, t1 in windows(problem, R, w, kinds):
             if left() <= 0.5:
                 break
             if settled.get((kind, t0, t1)) == signature(kind, t0, t1):
@@ -208,8 +229,7 @@ def solve_checkmate_lns(
                                   mip_gap=mip_gap, threads=threads,
                                   warm_start=checkmate_vector(model, v, problem, R, S))
             except SolverTimeoutError:
-                steps.append(LnsStep(t0, t1, "no_solution", cost, time.perf_counter() - t_start,
-                                     kind))
+                steps.append(LnsStep(t0, t1, "no_solution", cost, clock.elapsed(), kind))
                 continue
             if sol.has_solution:
                 R2, S2 = decode_schedule(problem, v, sol.x)
@@ -222,7 +242,7 @@ def solve_checkmate_lns(
                 status = "optimal"
                 if math.isfinite(sol.bound):
                     lb = max(lb, min(cost, sol.bound * v.cost_unit))
-            steps.append(LnsStep(t0, t1, sol.status, cost, time.perf_counter() - t_start, kind))
+            steps.append(LnsStep(t0, t1, sol.status, cost, clock.elapsed(), kind))
             if full:
                 break
         if not improved:
@@ -234,9 +254,8 @@ def solve_checkmate_lns(
     if status != "optimal" and rel_gap(cost, lb) <= mip_gap:
         status = "optimal"
     peak, _ = schedule_memory(problem, R, S)
-    elapsed = time.perf_counter() - t_start
     return CheckmateSolution(
-        R, S, status, cost, lb, rel_gap(cost, lb), peak, elapsed, build_s, -1,
-        {"method": "lns", "start_objective": start_cost,
+        R, S, status, cost, lb, rel_gap(cost, lb), peak, clock.elapsed(), build_s, -1,
+        {"method": "lns", **state.meta, "start_objective": start_cost,
          "lns_steps": [dataclasses.asdict(s) for s in steps],
          "final_window": w, "lp_bound_time_s": lp_s, "windows_skipped": skipped})

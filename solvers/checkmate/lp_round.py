@@ -9,19 +9,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from types import ModuleType
 
 import numpy as np
 
 from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
 from solvers.checkmate.formulation import Formulation, add_checkmate_core
-from solvers.checkmate.frontier import check_frontier_schedule
-from solvers.checkmate.milp import (
-    SolveClock,
-    check_frontier_bound,
-    checkpoint_all_if_fits,
-    min_feasible_budget,
-)
+from solvers.checkmate.frontier import best_heuristic, check_frontier_schedule, min_r_given_s
+from solvers.checkmate.min_peak import min_feasible_budget, min_peak_schedule
 from solvers.checkmate.problem import (
     CheckmateProblem,
     CheckmateSolution,
@@ -29,22 +23,18 @@ from solvers.checkmate.problem import (
     schedule_cost,
     schedule_memory,
 )
+from solvers.checkmate.solve_state import (
+    Schedule,
+    SolveClock,
+    check_frontier_bound,
+    checkpoint_all_if_fits,
+)
 from solvers.milp import MilpModel
 
 __all__ = ["solve_checkmate_lp"]
 
-Schedule = tuple[np.ndarray, np.ndarray]
 #: ``(R, S, cost, peak_bytes, lp_budget_factor)`` of a candidate schedule.
 Candidate = tuple[np.ndarray, np.ndarray, float, int, float | None]
-
-
-def _api() -> ModuleType:
-    """The package namespace :mod:`solvers.checkmate`.  ``min_r_given_s``, ``best_heuristic``
-    and ``_min_peak_schedule`` are looked up there at call time, so that substituting them on
-    the package (as ``tests/test_checkmate.py`` does with ``monkeypatch``) reaches this solver."""
-    import solvers.checkmate as api
-
-    return api
 
 
 def solve_checkmate_lp(
@@ -159,7 +149,7 @@ class _Rounds:
         cands += [self.rng.random(Sf.shape) < Sf for _ in range(n_random)]
         for Sc in cands:
             self.tried += 1
-            R, S = _api().min_r_given_s(problem, Sc)
+            R, S = min_r_given_s(problem, Sc)
             peak, _ = schedule_memory(problem, R, S)
             if peak > budget:
                 continue
@@ -180,11 +170,11 @@ def _fallback(problem: CheckmateProblem, fallback: Schedule | Callable[[], Sched
     if fallback is not None and (fb := check_frontier_schedule(problem, fallback, budget)) is not None:
         fits.append((fb[0], fb[1], schedule_cost(problem, fb[0]),
                      schedule_memory(problem, *fb)[0], None, "fallback"))
-    h = _api().best_heuristic(problem, budget)
+    h = best_heuristic(problem, budget)
     if h is not None and h[3] <= budget:
         fits.append((h[1], h[2], h[4], h[3], None, "heuristic"))
     if not fits:
-        mf, exact, Rm, Sm = _api()._min_peak_schedule(problem, clock.left(floor=1.0))
+        mf, exact, Rm, Sm = min_peak_schedule(problem, clock.left(floor=1.0))
         if mf > budget and exact:
             raise InfeasibleBudgetError(budget, mf, "the peak-minimising MILP proved it")
         if mf > budget:  # nothing fits, but nothing proves that no schedule does

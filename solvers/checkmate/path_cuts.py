@@ -49,7 +49,7 @@ instances; with and without the cuts on the same instance):
 * (this set and the next: ``experiments/results/path_cuts_paired.csv``, instances of
   ``experiments.milp_unseen.random_width_mlp(seed, numpy_params=True)`` extracted once per set
   and solved in one process each, by a script not kept in the repository)
-* five seeds of a third calibration, through :func:`~solvers.checkmate.milp.solve_checkmate`
+* five seeds of a third calibration, through :func:`~solvers.checkmate.solve.solve_checkmate`
   with the policy's warm start: 4 of 5 proven with the cuts (seeds 0-3 in 31 / 27 / 39 / 43 s),
   2 of 5 without (seeds 1, 3 in 24 / 35 s); seed 4 stops at 0.074 % with, 0.091 % without;
 * five seeds of another (``milp_unseen.csv``): 3 of 5 proven with the cuts (seeds 1, 3, 4 in

@@ -1,6 +1,6 @@
 """Repair of a schedule that overshoots the budget on a few steps: a window MILP around them.
 
-The lazy solve of :func:`solvers.checkmate.milp.solve_checkmate` (``lazy_memory``) solves
+The lazy solve of :func:`solvers.checkmate.solve.solve_checkmate` (``lazy_memory``) solves
 relaxations whose schedules may exceed the budget on replay, on the few steps where memory
 peaks between the step's start and its frontier.  Such a schedule is usually cheap and fits
 everywhere else.  :func:`repair_schedule` keeps every step outside windows of ``+-w`` steps
