@@ -79,18 +79,7 @@ def forward_ancestry(graph: Graph, targets: Iterable[int], available: set[int] |
     must run, in index (topological) order.  Backward nodes are never recomputed here: they are
     treated as available (they run once and are carried until their last reader).
     """
-    out: set[int] = set()
-    stack = [t for t in targets if t not in available]
-    bwd = graph.is_backward_array
-    while stack:
-        v = stack.pop()
-        if v in out:
-            continue
-        out.add(v)
-        for u in graph.preds[v]:
-            if u not in available and u not in out and not bwd[u]:
-                stack.append(u)
-    return sorted(out)
+    return sorted(graph.ancestors_outside(targets, available, through_backward=False))
 
 
 def checkpoint_steps(

@@ -126,15 +126,7 @@ def evict_steps(
     clock = 1
     steps: list[list[int]] = []
     for t in range(n):
-        rec: set[int] = set()
-        stack = [p for p in preds[t] if p not in res]
-        while stack:
-            u = stack.pop()
-            if u in rec:
-                continue
-            rec.add(u)
-            stack.extend(p for p in preds[u] if p not in res and p not in rec)
-        step = sorted(rec)
+        step = sorted(graph.ancestors_outside(preds[t], res))
         step.append(t)
         need: dict[int, int] = {}  # remaining in-step readers of each value
         for v in step:

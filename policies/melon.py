@@ -111,6 +111,7 @@ class _Sim:
         self.g, self.target = graph, int(target)
         self.refine_iters = int(refine_iters)
         self.n = graph.n
+        self.graph = graph
         self.preds = graph.preds
         self.sizes = [int(x) for x in graph.sizes]
         self.costs = [float(x) + 1e-12 for x in graph.costs]  # zero-cost ops still rank by TPS
@@ -170,15 +171,8 @@ class _Sim:
     def recompute_time(self, x: int) -> float:
         """Eq. (1)'s RecomputationTime: ``cost(x)`` plus the costs of its non-resident ancestors
         (seconds)."""
-        c, seen, stack = self.costs[x], {x}, [p for p in self.preds[x] if p not in self.res]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            c += self.costs[u]
-            stack.extend(p for p in self.preds[u] if p not in self.res and p not in seen)
-        return c
+        return sum((self.costs[u] for u in self.graph.ancestors_outside(self.preds[x], self.res)),
+                   self.costs[x])
 
     def evict_one(self, t: int, protect: set[int]) -> bool:
         """Evict the max-TPS resident value not in ``protect`` (False: no candidate)."""
@@ -213,15 +207,7 @@ def melon_steps(graph: Graph, target: int, *, protect_next: bool = True, refine_
     preds = sim.preds
     steps: list[list[int]] = []
     for t in range(sim.n):
-        rec: set[int] = set()
-        stack = [p for p in preds[t] if p not in sim.res]
-        while stack:  # getRecomputeOpsRecursively
-            u = stack.pop()
-            if u in rec:
-                continue
-            rec.add(u)
-            stack.extend(p for p in preds[u] if p not in sim.res and p not in rec)
-        step = sorted(rec)
+        step = sorted(graph.ancestors_outside(preds[t], sim.res))  # getRecomputeOpsRecursively
         step.append(t)
         need: dict[int, int] = {}
         lastpos: dict[int, int] = {}
@@ -422,14 +408,7 @@ class Melon(BasePolicy):
         B = {int(i) for i in np.flatnonzero(new.S[resume])} if resume < new.R.shape[0] else set()
         kept = (A - C) & B
         missing = B - (A - C)
-        rec: set[int] = set()
-        stack = list(missing)
-        while stack:
-            u = stack.pop()
-            if u in rec:
-                continue
-            rec.add(u)
-            stack.extend(p for p in graph.preds[u] if p not in kept and p not in rec)
+        rec = set(graph.ancestors_outside(missing, kept))
         costs = graph.costs
         nev = new.validate(graph)
         new_alloc: dict[int, int] = {}

@@ -147,6 +147,27 @@ class Graph:
             out[d].append(s)
         return tuple(tuple(sorted(p)) for p in out)
 
+    def ancestors_outside(self, targets, available, *, through_backward: bool = True) -> list[int]:
+        """Nodes to run so that every node of ``targets`` is resident, in depth-first visit order:
+        the targets not in ``available`` and, recursively, their predecessors not in
+        ``available``. With
+        ``through_backward=False`` backward nodes other than the targets count as available
+        (they run once and are carried). The recomputation set of Checkmate's ``solve_r_opt``
+        given fixed checkpoints, Melon's ``getRecomputeOpsRecursively`` and NNTrainer's
+        on-demand recompute."""
+        out: dict[int, None] = {}
+        preds = self.preds
+        bwd = None if through_backward else self.is_backward_array
+        stack = [t for t in targets if t not in available]
+        while stack:
+            v = stack.pop()
+            if v in out:
+                continue
+            out[v] = None
+            stack.extend(u for u in preds[v] if u not in available and u not in out
+                         and (bwd is None or not bwd[u]))
+        return list(out)
+
     @cached_property
     def succs(self) -> tuple[tuple[int, ...], ...]:
         """``succs[i]``: sorted indices of the nodes that read node ``i``'s output."""
