@@ -14,15 +14,16 @@ Examples::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from collections.abc import Sequence
 
+from experiments import cli_args
+from experiments.cli_args import STAGES
+
 #: Batch sizes at which activations, not weight gradients, dominate memory (CLI default).
 DEFAULT_BATCH = {"mlp": 256}
-
 
 def _graph(args):
     import remat
@@ -31,10 +32,7 @@ def _graph(args):
         return remat.load_graph(args.model)
     batch_size = args.batch_size or DEFAULT_BATCH.get(args.model, 8)
     loss_fn, params, batch = remat.zoo.get(args.model, batch_size=batch_size)
-    stages = args.stages
-    if stages not in ("auto", "module", "eqn"):
-        stages = int(stages)
-    return remat.extract(loss_fn, params, batch, stages=stages)
+    return remat.extract(loss_fn, params, batch, stages=args.stages)
 
 
 def load_plugin(spec: str) -> None:
@@ -92,12 +90,8 @@ def cmd_inspect(args) -> int:
     live-activation timelines side by side (:func:`_plot_timelines`, as ``compare --timeline``)."""
     names = None
     if args.timeline:
-        import policies
-
         names = [n.strip() for n in (args.policies or ",".join(INSPECT_TIMELINE_POLICIES)).split(",")
                  if n.strip()]
-        for n in names:
-            policies.option_names(n)  # an unknown name fails here, listing what exists
     t0 = time.perf_counter()
     g = _graph(args)
     print(g.summary())
@@ -149,7 +143,7 @@ def cmd_plan(args) -> int:
 
 
 # ``remat compare`` plans Checkmate with HiGHS and OR-Tools CP-SAT racing (first proof wins,
-# solvers/portfolio.py) up to this many nodes when the ``cpsat`` extra is installed: neither
+# solvers/milp/backends/race.py) up to this many nodes when the ``cpsat`` extra is installed: neither
 # solver proves every zoo model at the CLI's 20 s (experiments/results/cpsat_benchmark.csv)
 CPSAT_MAX_NODES = 100
 # MILP policies in ``remat compare`` stop within this relative gap of their proven bound (the
@@ -167,7 +161,7 @@ def _make_policy_for(name: str, time_limit: float, device=None, *, graph=None,
     so their plans are costed on the device the comparison simulates; ``mip_gap`` for those
     that take one; Checkmate's HiGHS/CP-SAT race up to :data:`CPSAT_MAX_NODES` nodes."""
     import policies
-    from solvers import cpsat
+    from solvers.milp.backends import cpsat
 
     opts = policies.option_names(name)
     kw: dict = {"time_limit": time_limit} if "time_limit" in opts else {}
@@ -360,9 +354,7 @@ def cmd_sweep(args) -> int:
     from experiments.harness import sweep
 
     names = args.policies or policies.available()
-    for n in names:
-        policies.option_names(n)  # an unknown name fails here, listing what exists
-    st = args.stages if args.stages in ("auto", "module", "eqn") else int(args.stages)
+    st = args.stages
     if args.batch_sizes or args.batch_size:
         groups = {tuple(args.batch_sizes or [args.batch_size]): list(args.models)}
     else:
@@ -392,15 +384,16 @@ def cmd_figures(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="remat", description=__doc__.split("\n")[0])
+    p = cli_args.Parser(prog="remat", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp, model=True):
         if model:
             sp.add_argument("model", help="zoo model name or a node-link JSON graph file")
-        sp.add_argument("--batch-size", type=int, default=None, help="default: 256 for mlp, else 8")
-        sp.add_argument("--stages", default="auto", help='"auto", "module", "eqn" or an int')
-        sp.add_argument("--time-limit", type=float, default=20.0, help="per-solver seconds")
+        sp.add_argument("--batch-size", type=cli_args.positive_int, default=None, help="default: 256 for mlp, else 8")
+        sp.add_argument("--stages", type=cli_args.stages, default="auto",
+                        help=f"{', '.join(STAGES)} or an int")
+        sp.add_argument("--time-limit", type=cli_args.positive_float, default=20.0, help="per-solver seconds")
         sp.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                         help="import a module (a .py path or a dotted name) that registers "
                              "policies, before running; repeatable")
@@ -415,18 +408,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("--policies", default=None, metavar="A,B,C",
                     help="comma-separated policies for --timeline (default: "
                          + ",".join(INSPECT_TIMELINE_POLICIES) + ")")
-    sp.add_argument("--budget", default=None,
+    sp.add_argument("--budget", type=cli_args.budget, default=None,
                     help='budget for --timeline ("50%%", "512MiB", bytes; default: each '
                          "policy's own)")
     sp.set_defaults(fn=cmd_inspect)
     sp = sub.add_parser("plan", help="plan one model with one policy")
     common(sp)
     sp.add_argument("--policy", required=True)
-    sp.add_argument("--budget", default=None)
+    sp.add_argument("--budget", type=cli_args.budget, default=None)
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("compare", help="every policy at one budget: a table and a plot")
     common(sp)
-    sp.add_argument("--budget", required=True)
+    sp.add_argument("--budget", type=cli_args.budget, required=True)
     sp.add_argument("--policies", nargs="*", default=None)
     sp.add_argument("--plot", default=None, help="PNG path (default compare_<model>.png)")
     sp.add_argument("--device", default=None,
@@ -434,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "the one the graph was extracted with)")
     sp.add_argument("--timeline", action="store_true",
                     help="also draw each plan's memory timeline to <plot>_timeline.png")
-    sp.add_argument("--mip-gap", type=float, default=COMPARE_MIP_GAP,
+    sp.add_argument("--mip-gap", type=cli_args.nonnegative_float, default=COMPARE_MIP_GAP,
                     help="MILP policies stop within this relative gap of their proven bound "
                          f"(default {COMPARE_MIP_GAP:g}; the table prints each gap)")
     sp.set_defaults(fn=cmd_compare, time_limit=COMPARE_TIME_LIMIT)  # per-solver s
@@ -442,14 +435,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     common(sp, model=False)
     sp.add_argument("--models", nargs="+", required=True)
     sp.add_argument("--policies", nargs="*", default=None)
-    sp.add_argument("--budgets", nargs="+", required=True)
+    sp.add_argument("--budgets", nargs="+", type=cli_args.budget, required=True)
     sp.add_argument("--out", required=True, help="CSV store (*.csv) or *.parquet")
-    sp.add_argument("--batch-sizes", nargs="+", type=int, default=None)
+    sp.add_argument("--batch-sizes", nargs="+", type=cli_args.positive_int, default=None)
     sp.add_argument("--devices", nargs="+", default=None, help="device profiles (remat.devices)")
     sp.add_argument("--backend", choices=["local", "ray"], default="local")
     sp.add_argument("--address", default=None, help="Ray cluster address (default: start one)")
-    sp.add_argument("--num-cpus", type=int, default=None, help="CPUs of a started Ray cluster")
-    sp.add_argument("--threads", type=int, default=None, help="solver threads per row")
+    sp.add_argument("--num-cpus", type=cli_args.positive_int, default=None, help="CPUs of a started Ray cluster")
+    sp.add_argument("--threads", type=cli_args.positive_int, default=None, help="solver threads per row")
     sp.add_argument("--quick", action="store_true",
                     help="5 s solver limit, first batch and device, at most 3 budgets")
     sp.add_argument("--format", nargs="+", choices=["csv", "parquet"], default=None)
@@ -474,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for plug in getattr(args, "plugin", ()):
             load_plugin(plug)
+        if args.cmd != "figures":
+            cli_args.validate(args)
         return int(args.fn(args) or 0)
     except RematError as exc:
         print(f"remat: error: {exc}", file=sys.stderr)

@@ -173,3 +173,50 @@ def test_compare_defaults_to_its_own_time_limit_and_takes_an_explicit_one(monkey
             cli.main(argv)
         assert seen[-1] == want
     assert cli.COMPARE_TIME_LIMIT > 20.0  # what ResNet-50/SqueezeNet's POET needed at 50 %
+
+
+# ----------------------------------------------------------- arguments checked before work
+BAD_ARGUMENTS = [
+    ["compare", "mlp", "--budget", "abc"],
+    ["compare", "mlp", "--budget", "50%", "--policies", "no_such_policy"],
+    ["compare", "mlp", "--budget", "50%", "--device", "no_such_device"],
+    ["compare", "mlp", "--budget", "50%", "--batch-size", "0"],
+    ["compare", "mlp", "--budget", "50%", "--mip-gap", "-1"],
+    ["compare", "mlp", "--budget", "50%", "--plot", "/no/such/folder/x.png"],
+    ["compare", "no_such_model", "--budget", "50%"],
+    ["compare", "missing_graph.json", "--budget", "50%"],
+    ["plan", "mlp", "--policy", "no_such_policy"],
+    ["plan", "mlp", "--policy", "sqrtn", "--budget", "12 parsecs"],
+    ["plan", "mlp", "--policy", "sqrtn", "--stages", "layers"],
+    ["plan", "mlp", "--policy", "sqrtn", "--time-limit", "0"],
+    ["inspect", "mlp", "--timeline", "t.png", "--policies", "sqrtn,no_such_policy"],
+    ["inspect", "mlp", "--budget", "-5%"],
+    ["inspect", "no_such_model"],
+    ["sweep", "--models", "mlp", "--budgets", "50%", "nope", "--out", "r.csv"],
+    ["sweep", "--models", "mlp", "--budgets", "50%", "--out", "r.txt"],
+    ["sweep", "--models", "mlp", "--budgets", "50%", "--out", "r.csv", "--devices", "nope"],
+    ["sweep", "--models", "mlp", "--budgets", "50%", "--out", "r.csv", "--threads", "0"],
+    ["figures", "--only", "no_such_figure"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=lambda a: " ".join(a))
+def test_bad_arguments_are_one_line_errors_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    """Every subcommand checks its arguments first: exit status 2, one line ``remat: error:``,
+    no model extracted, no file written."""
+    import remat
+
+    def no_work(*a, **k):
+        raise AssertionError("the model was extracted before the arguments were checked")
+
+    monkeypatch.setattr(remat, "extract", no_work)
+    monkeypatch.setattr(remat.zoo, "get", no_work)
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err
+    assert len(err) == 1 and err[0].startswith("remat: error: "), err
+    assert list(tmp_path.iterdir()) == []
