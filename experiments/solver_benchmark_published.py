@@ -499,7 +499,7 @@ def summary_markdown(rows: list[dict[str, str]], header: str,
     lines = [header, "",
              "Cells: overhead = compute of the plan / compute of running every node once "
              "(1.000 = no recomputation), solver status when not optimal, MILP gap, wall time. "
-             "Peaks are replayed from each plan's R/S (`remat.schedule.replay`) and checked "
+             "Peaks are replayed from each plan's R/S (`remat.core.schedule.replay`) and checked "
              "against the budget; `over_budget` marks a plan that does not fit. `not run`: no "
              "row for that instance in the CSV (not attempted by the commands above).", "",
              "Verdict: `feasible` (the cheapest fitting plan of any method), `infeasible` (a "

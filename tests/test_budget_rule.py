@@ -7,7 +7,7 @@ budget ``m`` is ``ceil(m * no_remat_peak)`` bytes (Moccasin ``main.py``:
 ``B = math.ceil(topo_mem * mul)``, with ``topo_mem`` from ``util.get_mem_from_schedule``).
 
 The reference here reads the benchmark files with ``json`` and loops over nodes; it shares no
-code with ``remat.load_graph``, ``Graph.no_remat_peak`` or ``remat.schedule.replay``.
+code with ``remat.load_graph``, ``Graph.no_remat_peak`` or ``remat.core.schedule.replay``.
 """
 
 from __future__ import annotations

@@ -284,7 +284,7 @@ def test_nn_remat_regions_are_inlined_and_the_plan_decides():
 
 def test_batch_coupling_is_detected_from_the_dataflow():
     """BatchNorm-style statistics over the batch axis couple samples; a batch-mean loss does not
-    (so micro-batching is exact only for the latter: remat.context.PolicyContext.batch_coupled)."""
+    (so micro-batching is exact only for the latter: remat.core.context.PolicyContext.batch_coupled)."""
     import jax.numpy as jnp
 
     def bn_loss(w, x):

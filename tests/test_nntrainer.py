@@ -238,7 +238,7 @@ def test_swap_layout_reflects_swap():
         assert p.meta["layout"] == "nntrainer_v3"
         assert p.meta["peak_bytes"] <= p.meta["arena_bytes"] < none.meta["arena_bytes"]
         assert p.meta["arena_bytes"] <= 1.2 * p.meta["peak_bytes"]
-        lt = remat.layout.lifetimes(p.validate(g))
+        lt = remat.core.layout.lifetimes(p.validate(g))
         validate(lt.intervals, lt.sizes, p.offsets)
     assert NNTrainer(swap=True, placement="nntrainer_v1").plan(g).meta["layout"] == "nntrainer_v1"
 

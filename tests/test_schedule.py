@@ -1,4 +1,4 @@
-"""The replay memory model (remat.schedule.replay, remat.simulate) against hand counts.
+"""The replay memory model (remat.core.schedule.replay, remat.simulate) against hand counts.
 
 Every expected number below was counted by hand from the rules in :mod:`remat.core.plan`: entering
 step t the live set is S[t]; a computed node allocates its output; a value is freed right after

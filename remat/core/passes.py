@@ -206,7 +206,7 @@ def _check_reduction_args(fused: Graph, k_w: Any, k_h: Any) -> None:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InvalidGraphError(f"subgraph reduction {name} must be a positive int, got {k!r}")
     if "fusion_labels" not in fused.meta or "node_info" not in fused.meta:
-        raise NotApplicableError("subgraph reduction needs the graph made by remat.passes.fuse")
+        raise NotApplicableError("subgraph reduction needs the graph made by remat.core.passes.fuse")
 
 
 def reducible_groups(fused: Graph, *, k_w: int = K_W, k_h: int = K_H) -> frozenset[int]:
