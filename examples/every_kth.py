@@ -1,4 +1,5 @@
-"""A policy written against the contract: keep every k-th forward stage (the README's example).
+"""A policy written against the contract: keep every k-th forward stage (the example of
+``docs/guide/writing_a_policy.md``).
 
 Run it through the CLI with ``remat compare mlp --budget 60% --plugin examples/every_kth.py``.
 """

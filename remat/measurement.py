@@ -4,7 +4,7 @@ FLOPs and wall time, each figure labelled with how it was obtained.
 Honest memory on XLA:CPU needs ``XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander`` set
 before JAX starts: without it XLA strips the optimization barriers of ``jax.checkpoint`` and CSE
 merges the recomputation back, so ``memory_analysis()`` shows no saving (see
-the project's toolchain probe (``shared/notes/toolchain-probe.md``) §3).  :func:`measure` checks whether the
+``docs/guide/measuring.md``).  :func:`measure` checks whether the
 rematerialization survived compilation (the compiled HLO of the remat'd step keeps
 ``opt-barrier`` ops, or more dot/convolution ops than the un-remat'd step) and adds a warning
 label when JAX emitted barriers that XLA then removed.

@@ -30,8 +30,8 @@ Models (all vectorised over numpy arrays):
   formula exactly. A transfer of 0 bytes costs nothing (no transfer happens).
 
 Profiles (``get(name)``; see each ``source``): ``cortex-m0``, ``cortex-m4``, ``cortex-a72``,
-``cortex-a72-nocache`` (POET's chipset constants, ``poet/chipsets.py``, summarised in
-``shared/notes/anchors.md`` section 2 and ``seeds-poet-olla.md`` A.7), ``jetson-tx2`` (POET's
+``cortex-a72-nocache`` (POET's chipset constants, ``poet/chipsets.py`` of the authors' POET
+repository; Patil et al., ICML 2022, and ``docs/seeds/poet.md``), ``jetson-tx2`` (POET's
 measured paging and power constants plus public specs), ``pixel-4`` (Snapdragon 855 phone, public
 specs and estimates), ``rtx-3090`` (a desktop GPU, public specs), ``h100-sxm`` and
 ``a100-sxm4-80gb`` (NVIDIA datasheets) and ``host`` (this machine, measured by :mod:`remat.devices`).
