@@ -34,7 +34,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 from remat.core.budget import resolve_budget
 from remat.core.context import PolicyContext
 from remat.core.errors import (
-    BudgetFormatError,
+    InvalidOptionError,
     InvalidPlanError,
     RematError,
     SolverError,
@@ -215,12 +215,12 @@ def choose_scores(score: str, scores: tuple[str, ...], policy: str) -> tuple[str
     """The scores a heuristic runs: all of ``scores`` for ``"auto"``, else ``(score,)``.
 
     Raises:
-      BudgetFormatError: ``score`` is neither ``"auto"`` nor one of ``scores``.
+      InvalidOptionError: ``score`` is neither ``"auto"`` nor one of ``scores``.
     """
     if score == "auto":
         return scores
     if score not in scores:
-        raise BudgetFormatError(f"{policy} score must be 'auto' or one of {scores}, got {score!r}")
+        raise InvalidOptionError(f"{policy} score must be 'auto' or one of {scores}, got {score!r}")
     return (score,)
 
 

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, checkpoint_all_plan, register
-from remat.core.errors import RematError, SolverTimeoutError
+from remat.core.errors import InvalidOptionError, RematError, SolverTimeoutError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
 from solvers.checkmate import (
@@ -127,12 +127,12 @@ class Checkmate(BasePolicy):
 
     def check_applicable(self, graph: Graph) -> None:
         if self.relax not in (None, "lp"):
-            raise RematError(f"relax must be None or 'lp', got {self.relax!r}")
+            raise InvalidOptionError(f"relax must be None or 'lp', got {self.relax!r}")
         if self.order not in ("program", "min_peak"):
-            raise RematError(f"order must be 'program' or 'min_peak', got {self.order!r}")
+            raise InvalidOptionError(f"order must be 'program' or 'min_peak', got {self.order!r}")
         check_backend(self.solver)
         if not 0.0 < self.order_share < 1.0:
-            raise RematError(f"order_share must be in (0, 1), got {self.order_share!r}")
+            raise InvalidOptionError(f"order_share must be in (0, 1), got {self.order_share!r}")
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         if self.order != "program":

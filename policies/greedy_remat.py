@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
 from policies.from_checkpoints import plan_from_steps
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
 
@@ -68,7 +68,7 @@ def greedy_steps(
       ``None`` when the values a step still needs plus a new output exceed ``budget``.
     """
     if score not in SCORES:
-        raise BudgetFormatError(f"GreedyRemat score must be one of {SCORES}, got {score!r}")
+        raise InvalidOptionError(f"GreedyRemat score must be one of {SCORES}, got {score!r}")
     n = graph.n
     preds, succs = graph.preds, graph.succs
     sizes = [int(x) for x in graph.sizes]

@@ -20,7 +20,7 @@ import time
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
 from policies.reorder import plan_in_program_order, relabel
-from remat.core.errors import InfeasibleBudgetError, RematError
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
 from solvers.order_search import greedy_orders
@@ -48,7 +48,7 @@ class PeakShave(BasePolicy):
 
     def __post_init__(self):
         if self.orders < 0 or self.time_limit <= 0:
-            raise RematError(f"PeakShave needs orders >= 0 and time_limit > 0, got "
+            raise InvalidOptionError(f"PeakShave needs orders >= 0 and time_limit > 0, got "
                              f"{self.orders}, {self.time_limit}")
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:

@@ -61,7 +61,10 @@ import time
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, bisect_min_budget, choose_scores, register
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, RematError
+from remat.core.errors import (
+    InfeasibleBudgetError,
+    InvalidOptionError,
+)
 from remat.core.graph import Graph
 from remat.core.plan import Plan
 from solvers.pebbling_search import copy_ends, decide, prune_best
@@ -145,7 +148,7 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
       fit even with nothing kept.
     """
     if score not in SCORES:
-        raise BudgetFormatError(f"Pebbling score must be one of {SCORES}, got {score!r}")
+        raise InvalidOptionError(f"Pebbling score must be one of {SCORES}, got {score!r}")
     n = graph.n
     max_states = 200 * n if max_states is None else int(max_states)
     probe_states = max(64, min(2 * n, max_states))  # keep-set probes give up sooner
@@ -301,14 +304,14 @@ class Pebbling(BasePolicy):
 
     def check_applicable(self, graph: Graph) -> None:
         if self.method not in METHODS:
-            raise BudgetFormatError(f"Pebbling method must be one of {METHODS}, got {self.method!r}")
+            raise InvalidOptionError(f"Pebbling method must be one of {METHODS}, got {self.method!r}")
         if self.method == "witness" and self.frontier:
-            raise RematError("method='witness' plans are not frontier-form: use frontier=False")
+            raise InvalidOptionError("method='witness' plans are not frontier-form: use frontier=False")
         if int(self.witness_states) != self.witness_states or self.witness_states < 1:
-            raise RematError(
+            raise InvalidOptionError(
                 f"witness_states must be a positive integer, got {self.witness_states!r}")
         if not self.witness_time_s > 0:
-            raise RematError(f"witness_time_s must be positive, got {self.witness_time_s!r}")
+            raise InvalidOptionError(f"witness_time_s must be positive, got {self.witness_time_s!r}")
 
     def _witness(self, graph: Graph, budget: int):
         """:func:`~solvers.pebbling_search.decide` at ``budget`` (``None`` when switched off)."""

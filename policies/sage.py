@@ -57,7 +57,7 @@ from policies.base import (
 )
 from policies.from_checkpoints import plan_from_steps
 from policies.greedy_remat import evict_steps
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.passes import fusion_labels
 from remat.core.plan import Plan
@@ -157,12 +157,12 @@ class Sage(BasePolicy):
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
-            raise BudgetFormatError(f"Sage order must be one of {ORDERS}, got {self.order!r}")
+            raise InvalidOptionError(f"Sage order must be one of {ORDERS}, got {self.order!r}")
         if self.coupled not in ("checkpoint_only", "accumulate"):
-            raise BudgetFormatError("Sage coupled must be 'checkpoint_only' or 'accumulate', "
+            raise InvalidOptionError("Sage coupled must be 'checkpoint_only' or 'accumulate', "
                                     f"got {self.coupled!r}")
         if not (self.mtp == "auto" or (isinstance(self.mtp, int) and self.mtp >= 1)):
-            raise BudgetFormatError(f"Sage mtp must be 'auto' or a positive int, got {self.mtp!r}")
+            raise InvalidOptionError(f"Sage mtp must be 'auto' or a positive int, got {self.mtp!r}")
 
     # ------------------------------------------------------------------ the model
     def _device(self, ctx: PolicyContext):

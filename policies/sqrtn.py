@@ -28,7 +28,7 @@ import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_checkpoints
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
 from remat.core.schedule import replay
@@ -89,7 +89,7 @@ class SqrtN(BasePolicy):
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         if self.mode not in ("sqrtn", "greedy"):
-            raise BudgetFormatError(f"SqrtN mode must be 'sqrtn' or 'greedy', got {self.mode!r}")
+            raise InvalidOptionError(f"SqrtN mode must be 'sqrtn' or 'greedy', got {self.mode!r}")
         b = budget_bytes
         cand = articulation_points(graph)
         n_fwd = len(graph.forward_nodes)

@@ -68,7 +68,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from remat.core.errors import SolverTimeoutError
+from remat.core.errors import InvalidOptionError, SolverTimeoutError
 from solvers.milp import INF, MilpModel
 from solvers.order_search import greedy_order
 from solvers.orders import interval_sweep, order_peak, order_profile
@@ -329,10 +329,10 @@ def solve_order(
         stats.update(solve=r.solve_s, nv=r.nv, nb=r.nb, nr=r.nr)
         return done(r.order, r.peak, r.bound, r.status, r.message)
     if method != "lns":
-        raise ValueError(f"method must be 'auto', 'exact' or 'lns', got {method!r}")
+        raise InvalidOptionError(f"method must be 'auto', 'exact' or 'lns', got {method!r}")
     if max_subproblems is not None and not (isinstance(max_subproblems, int)
                                             and max_subproblems >= 1):
-        raise ValueError(f"max_subproblems must be a positive int or None, got "
+        raise InvalidOptionError(f"max_subproblems must be a positive int or None, got "
                          f"{max_subproblems!r}")
     return _lns(red, sizes, e, preds, succs, warm, warm_peak, t0, time_limit, mip_gap, threads,
                 release, reach, log, ctrl, stats, done, target_peak, max_subproblems)

@@ -9,7 +9,12 @@ import pytest
 
 import remat
 from policies.chain_dp import ChainDP, chain_problem
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidGraphError
+from remat.core.errors import (
+    BudgetFormatError,
+    InfeasibleBudgetError,
+    InvalidGraphError,
+    InvalidOptionError,
+)
 from remat.core.schedule import replay
 from solvers.chain_dp import (
     COARSE_LEVELS,
@@ -228,16 +233,16 @@ def test_typed_errors_for_bad_counts_and_budgets():
     g = _mib_chain(40, 0)
     prob = chain_problem(g)[0]
     for bad in (0, -3, 2.5, "x", True):
-        with pytest.raises(BudgetFormatError):
+        with pytest.raises(InvalidOptionError):
             ChainDP(budget="50%", max_levels=bad).plan(g)
-        with pytest.raises(BudgetFormatError):
+        with pytest.raises(InvalidOptionError):
             level_portfolio(prob, 10 * 2**20, bad)
-    with pytest.raises(BudgetFormatError):
+    with pytest.raises(InvalidOptionError):
         ChainDP(budget="50%", max_first=0).plan(g)
     for bad in (-1, 1.5):
         with pytest.raises(BudgetFormatError):
             level_portfolio(prob, bad)
-    with pytest.raises(BudgetFormatError):
+    with pytest.raises(InvalidOptionError):
         cost_dp(prob, 10 * 2**20, max_levels=0, table_bytes=2**30, rounding="nearest",
                 slack_levels=0)
     with pytest.raises(BudgetFormatError):

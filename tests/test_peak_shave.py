@@ -19,6 +19,7 @@ from remat.core.errors import (
     BudgetFormatError,
     InfeasibleBudgetError,
     InvalidGraphError,
+    InvalidOptionError,
     RematError,
 )
 from remat.core.graph import make_graph
@@ -105,7 +106,7 @@ def test_typed_errors():
         shave_peak([1, 1], [1.0], np.array([[0, 1]]), 5)
     with pytest.raises(BudgetFormatError):
         shave_peak([1, 1], [1.0, 1.0], np.array([[0, 1]]), 2.5)
-    with pytest.raises(RematError):
+    with pytest.raises(InvalidOptionError):
         PeakShave(orders=-1)
     with pytest.raises(RematError):
         shave_peak([1, 1], [1.0, 1.0], np.array([[0, 1]]), 5, time_limit=0)

@@ -16,6 +16,7 @@ import remat
 from policies import BasePolicy, PolicyContext, checkpoint_all_plan
 from remat.core.errors import (
     InfeasibleBudgetError,
+    InvalidOptionError,
     NotApplicableError,
     SolverError,
     UnknownNameError,
@@ -241,3 +242,27 @@ def test_a_policy_without_solve_cannot_be_made_and_bad_plugins_are_one_line(caps
     for plug in (str(tmp_path / "missing.py"), "no_such_module_xyz"):
         assert main(["plan", str(path), "--policy", "sqrtn", "--plugin", plug]) == 2
         assert "remat: error: no plugin" in capsys.readouterr().err
+
+
+BAD_OPTIONS = [
+    ("sqrtn", dict(mode="fast")),
+    ("greedy_remat", dict(score="random")),
+    ("pebbling", dict(method="bogus")),
+    ("pebbling", dict(witness_states=0)),
+    ("sage", dict(order="reverse")),
+    ("sage", dict(mtp=0)),
+    ("checkmate", dict(relax="sdp")),
+    ("checkmate", dict(order="random")),
+    ("checkmate", dict(order_share=2.0)),
+    ("peak_shave", dict(orders=-1)),
+    ("chain_dp", dict(max_levels=0)),
+]
+
+
+@pytest.mark.parametrize("name,options", BAD_OPTIONS, ids=lambda x: str(x))
+def test_a_bad_option_value_is_one_error_type(name, options):
+    """Every policy rejects an option value it does not take with InvalidOptionError (at
+    construction or before planning), naming the option."""
+    g = remat.core.graph.chain_graph(4, sizes=[4, 8, 4, 8])
+    with pytest.raises(InvalidOptionError, match=next(iter(options))):
+        policies.get(name, budget="80%", **options).plan(g)

@@ -19,7 +19,7 @@ from experiments.figures.sage_passes import pass_report
 from policies.sage import Sage, budget_at, plans_for_trace, sage_steps
 from remat import microbatch
 from remat.core import passes
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError
+from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, InvalidOptionError
 from remat.planning import planning_context
 
 
@@ -161,7 +161,7 @@ def test_infeasible_budget_reports_a_minimum_that_works(mlp):
     plan = Sage(budget=mf).plan(g, ctx=ctx)
     _run(g, ctx, plan, (params, batch), mf, ref)
     assert g.no_remat_peak() / mf > 2
-    with pytest.raises(BudgetFormatError):
+    with pytest.raises(InvalidOptionError):
         Sage(order="sideways")
     assert "sage" in policies.available()
 

@@ -150,6 +150,11 @@ class BudgetFormatError(RematError, ValueError):
     """A budget string or number cannot be parsed (e.g. ``"60 percent"``)."""
 
 
+class InvalidOptionError(RematError, ValueError):
+    """A policy or solver option has a value it does not take (``SqrtN(mode="fast")``,
+    ``Checkmate(order_share=2)``); the message names the option and what it takes."""
+
+
 class MissingDependencyError(RematError, ImportError):
     """An optional dependency is not installed; names the extra that provides it.
 

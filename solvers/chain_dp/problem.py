@@ -28,7 +28,7 @@ from functools import reduce
 
 import numpy as np
 
-from remat.core.errors import BudgetFormatError, InvalidGraphError
+from remat.core.errors import InvalidGraphError, InvalidOptionError
 
 INF = np.inf
 
@@ -205,10 +205,10 @@ def check_count(name: str, value, *, allow_none: bool = False) -> None:
     """Reject a level or choice count that is not a positive integer (``bool`` included).
 
     Raises:
-      BudgetFormatError: naming ``name`` and the value.
+      InvalidOptionError: naming ``name`` and the value.
     """
     if value is None and allow_none:
         return
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if not ok or value < 1:
-        raise BudgetFormatError(f"{name} must be a positive integer, got {value!r}")
+        raise InvalidOptionError(f"{name} must be a positive integer, got {value!r}")

@@ -10,6 +10,7 @@ modules never import this one.
 
 from __future__ import annotations
 
+from remat.core.errors import InvalidOptionError
 from solvers.chain_dp.exact import solve_exact
 from solvers.chain_dp.numpy_dp import solve_numpy
 from solvers.chain_dp.problem import ChainProblem, ChainSolution
@@ -23,10 +24,10 @@ def use_fast(p: ChainProblem, mode: str) -> bool:
     """Whether :func:`solve_chain` runs the persistent (fast) recursion for ``mode``.
 
     Raises:
-      ValueError: ``mode`` is not ``"auto"``, ``"exact"`` or ``"fast"``.
+      InvalidOptionError: ``mode`` is not ``"auto"``, ``"exact"`` or ``"fast"``.
     """
     if mode not in ("auto", "exact", "fast"):
-        raise ValueError(f"mode must be 'auto', 'exact' or 'fast', got {mode!r}")
+        raise InvalidOptionError(f"mode must be 'auto', 'exact' or 'fast', got {mode!r}")
     return mode == "fast" or (mode == "auto" and p.K > AUTO_FAST_ABOVE)
 
 
