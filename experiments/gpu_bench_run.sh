@@ -11,6 +11,10 @@
 # numba, scipy, networkx and highspy (Checkmate's MILP); pynvml (nvidia-ml-py, the `gpu`
 # extra) gives the energy column and is optional.
 #
+# With OFFLOAD=1 it then runs experiments/offload_gpu_check.py (POET's page-outs as host
+# offloading: device and host temp, memory_stats, gradient error) into $OUT/offload.json when
+# at least OFFLOAD_S (120 s) of the total is left.
+#
 # Time guard: the benchmark gets a deadline of DEADLINE_S (330 s; it stops launching models
 # and configurations when it is near and writes rows saying what it skipped) and is killed
 # by `timeout` when the whole script reaches TOTAL_S (360 s).
@@ -45,5 +49,10 @@ if (( left < DEADLINE_S + 5 )); then DEADLINE_S=$(( left > 15 ? left - 10 : 5 ))
 timeout -k 5 "$left" "$PY" -m experiments.gpu_benchmark --size full --deadline-s "$DEADLINE_S" \
     --out "$OUT/gpu_benchmark.csv" "$@" 2>&1 | tee "$OUT/gpu_benchmark.log"
 rc=${PIPESTATUS[0]}
+left=$(( TOTAL_S - ($(date +%s) - start) ))
+if [ "${OFFLOAD:-0}" = 1 ] && (( left >= ${OFFLOAD_S:-120} )); then
+  timeout -k 5 "$left" "$PY" -m experiments.offload_gpu_check --out "$OUT/offload.json" \
+      2>&1 | tee "$OUT/offload.log"
+fi
 echo "gpu_bench_run: $(( $(date +%s) - start )) s in all, exit code $rc" | tee -a "$OUT/gpu_benchmark.log"
 exit "$rc"

@@ -33,7 +33,8 @@ Dead code and residual preparation
   equation forward.
 
 Costs: ``flops`` from :mod:`remat.flops`; ``time_s``/``energy_j`` from a device profile
-(:mod:`remat.devices`, ``"host"`` by default); ``out_bytes`` = bytes of the stage's values that
+(:mod:`remat.devices`; by default the backend's: ``host`` on the CPU, calibrated on an
+accelerator, :func:`remat.devices.for_backend`); ``out_bytes`` = bytes of the stage's values that
 another stage or the program outputs read; ``param_bytes`` = bytes of differentiated arguments the
 stage reads.  The loss node reaches the first backward node by an edge even when no backward
 equation reads the loss value (``sum(y ** 2)``), so every node of the graph is needed.
@@ -329,11 +330,13 @@ def _analyse_scans(fwd: FlatJaxpr, fidx: np.ndarray, data_ids, param_ids) -> tup
 
 
 def _resolve_device(device):
-    """A device profile: ``None`` -> ``remat.devices.get("host")``, a name -> that profile, any
-    object with ``node_costs(graph) -> (times, energies)`` as is."""
-    if device is None or isinstance(device, str):
-
-        return devices.get(device or "host")
+    """A device profile: ``None`` -> the device the step runs on (:func:`remat.devices.for_backend`:
+    ``host`` on the CPU, measured once per process on an accelerator), a name -> that profile,
+    any object with ``node_costs(graph) -> (times, energies)`` as is."""
+    if device is None:
+        return devices.for_backend()
+    if isinstance(device, str):
+        return devices.get(device)
     return device
 
 
@@ -378,7 +381,8 @@ def extract(
         per iteration for the scan planner (:mod:`remat.scans`, ``program.scans``);
         ``"unroll"``: scans are unrolled into one copy of the body per iteration first, so
         every policy plans (and the applier runs) the unrolled program.
-      device: a :mod:`remat.devices` profile, a profile name, or ``None`` for ``"host"``; gives
+      device: a :mod:`remat.devices` profile, a profile name, or ``None`` for the backend's
+        (:func:`remat.devices.for_backend`: ``"host"`` on the CPU); gives
         ``time_s`` (seconds) and ``energy_j`` (joules) per node.
       name: graph label (defaults to ``fn.__name__``).
 
