@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from remat.core.errors import BudgetFormatError, InfeasibleBudgetError, SolverError
+from remat.core.errors import BudgetFormatError, SolverError
 from solvers.chain_dp.emit import ScheduleEmitter
 from solvers.chain_dp.kernel import BLK, fill_cost, fill_mem
 from solvers.chain_dp.problem import (
@@ -30,10 +30,12 @@ from solvers.chain_dp.problem import (
     ChainProblem,
     ChainSolution,
     Tables,
+    byte_tables,
     check_count,
+    check_min_budget,
     check_recursion,
+    level_tables,
     ops_cost,
-    units,
 )
 
 
@@ -183,8 +185,7 @@ def emit_at(p: ChainProblem, dp: CompiledDP, mlev: int) -> tuple[float, tuple] |
 def min_peak_dp(p: ChainProblem) -> CompiledDP:
     """The filled ``(min, max)`` table of ``p`` (exact sizes): ``value(-1, 0, 0)`` is the
     smallest budget of the persistent class (bytes), ``emit(-1, 0, 0, 0, ops)`` its schedule."""
-    check_recursion(p.K)
-    mdp = CompiledDP(Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs)
+    mdp = CompiledDP(byte_tables(p), p.bwd_costs)
     mdp.fill_mem()
     return mdp
 
@@ -202,14 +203,11 @@ def cost_dp(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: int, 
     if int(budget) < 0:
         raise BudgetFormatError(f"budget must be non-negative bytes, got {budget!r}")
     check_recursion(p.K)
-    unit, s, g, exact = units(p, int(budget), max_levels, rounding)
-    tb = Tables(p, s, g)
+    tb, unit, exact, Lv = level_tables(p, int(budget), max_levels, rounding, slack_levels)
     n_rows = 1 + int(np.clip(np.minimum(tb.e, tb.M - 1) + 1, 0, None).sum())  # CompiledDP's
     cap = max(8, int(table_bytes // (4 * 2 * n_rows)) - 1)
     if cap < max_levels:
-        unit, s, g, exact = units(p, int(budget), cap, rounding)
-        tb = Tables(p, s, g)
-    Lv = max(0, int(budget) // unit - (0 if exact else int(slack_levels)))
+        tb, unit, exact, Lv = level_tables(p, int(budget), cap, rounding, slack_levels)
     dp = CompiledDP(tb, p.bwd_costs)
     if dp.n_rows != n_rows:
         raise SolverError("ChainDP: table row count mismatch (bug)")
@@ -225,8 +223,7 @@ def solve_compiled(p: ChainProblem, budget: int, *, max_levels: int, table_bytes
     budget = int(budget)
     mdp = min_peak_dp(p)
     mn = int(mdp.value(-1, 0, 0))
-    if budget < mn:
-        raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
+    check_min_budget(budget, mn)
     dp, unit, exact = cost_dp(p, budget, max_levels=max_levels, table_bytes=table_bytes,
                               rounding=rounding, slack_levels=slack_levels)
     got = emit_at(p, dp, dp.Lv)

@@ -65,15 +65,15 @@ from functools import reduce
 
 import numpy as np
 
-from remat.core.errors import InfeasibleBudgetError
 from solvers.chain_dp.problem import (
     INF,
     ChainProblem,
     ChainSolution,
     Tables,
-    check_recursion,
+    byte_tables,
+    check_min_budget,
+    level_tables,
     ops_cost,
-    units,
 )
 
 
@@ -267,8 +267,7 @@ def use_drop(p: ChainProblem, drop: bool | str) -> bool:
 def min_mem_dp(p: ChainProblem, drop: bool) -> _DP:
     """The filled ``(min, max)`` table of ``p`` (exact sizes, bytes): ``F[0, 0, 0, 0]`` is the
     smallest budget of the DP's class."""
-    check_recursion(p.K)
-    dp = _DP(Tables(p, p.fwd_sizes, p.bwd_sizes), p.bwd_costs, drop, "mem")
+    dp = _DP(byte_tables(p), p.bwd_costs, drop, "mem")
     dp.fill()
     return dp
 
@@ -287,13 +286,11 @@ def solve_exact(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
     drop = use_drop(p, drop_anchors)
     mdp = min_mem_dp(p, drop)
     mn = int(mdp.F[0, 0, 0, 0])
-    if budget < mn:
-        raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
+    check_min_budget(budget, mn)
     P = p.K + 1 if drop else 1
     cap = max(8, int(table_bytes // (8 * 2 * P * (p.K + 1) * (p.M + 1))) - 1)
-    unit, s, g, exact = units(p, budget, min(max_levels, cap), rounding)
-    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
-    dp = _DP(Tables(p, s, g), p.bwd_costs, drop, "cost", Lv)
+    tb, unit, exact, Lv = level_tables(p, budget, min(max_levels, cap), rounding, slack_levels)
+    dp = _DP(tb, p.bwd_costs, drop, "cost", Lv)
     dp.fill()
     ops: list[tuple[str, int]] = []
     if np.isfinite(dp.F[0, 0, 0, 0, Lv]):

@@ -27,16 +27,16 @@ import time
 
 import numpy as np
 
-from remat.core.errors import InfeasibleBudgetError
 from solvers.chain_dp.emit import ScheduleEmitter
 from solvers.chain_dp.problem import (
     INF,
     ChainProblem,
     ChainSolution,
     Tables,
-    check_recursion,
+    byte_tables,
+    check_min_budget,
+    level_tables,
     ops_cost,
-    units,
 )
 
 
@@ -46,8 +46,7 @@ def solve_numpy(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
     bytes, seconds): used with ``max_first`` or without numba."""
     t0 = time.perf_counter()
     budget = int(budget)
-    check_recursion(p.K)
-    tb = Tables(p, p.fwd_sizes, p.bwd_sizes)
+    tb = byte_tables(p)
     mdp = NumpyDP(tb, p.bwd_costs, "mem", max_first=max_first)
     mdp.fill()
     mn = int(mdp.value(-1, 0, 0))
@@ -55,13 +54,11 @@ def solve_numpy(p: ChainProblem, budget: int, *, max_levels: int, table_bytes: i
         mdp = NumpyDP(tb, p.bwd_costs, "mem")
         mdp.fill()
         mn = int(mdp.value(-1, 0, 0))
-    if budget < mn:
-        raise InfeasibleBudgetError(budget, mn, "no chain schedule fits (ChainDP)")
+    check_min_budget(budget, mn)
     # the float32 table: one row per live (anchor, backward) pair, 2 flags, Lv + 1 levels
     cap = max(8, int(table_bytes // (4 * (2 * mdp.n_rows + len(mdp.SW)))) - 1)
-    unit, s, g, exact = units(p, budget, min(max_levels, cap), rounding)
-    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
-    dp = NumpyDP(Tables(p, s, g), p.bwd_costs, "cost", Lv, max_first=max_first)
+    tb, unit, exact, Lv = level_tables(p, budget, min(max_levels, cap), rounding, slack_levels)
+    dp = NumpyDP(tb, p.bwd_costs, "cost", Lv, max_first=max_first)
     dp.fill()
     ops: list[tuple[str, int]] = []
     if np.isfinite(dp.value(-1, 0, 0, Lv)):

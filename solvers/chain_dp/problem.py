@@ -15,8 +15,9 @@ heterogeneous chains", rotor) but with *remat's* memory model (the replay in
 
 Shared by the recursions of :mod:`solvers.chain_dp.exact`, :mod:`solvers.chain_dp.numpy_dp` and
 :mod:`solvers.chain_dp.compiled`: the index tables (:class:`Tables`), the quantisation of sizes
-to memory levels (:func:`units`), the cost of an op sequence (:func:`ops_cost`) and argument
-checks.
+to memory levels (:func:`units`), the tables each recursion starts from (:func:`byte_tables`,
+:func:`level_tables`), the cost of an op sequence (:func:`ops_cost`) and argument checks
+(:func:`check_min_budget` among them).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from functools import reduce
 
 import numpy as np
 
-from remat.core.errors import InvalidGraphError, InvalidOptionError
+from remat.core.errors import InfeasibleBudgetError, InvalidGraphError, InvalidOptionError
 
 INF = np.inf
 
@@ -192,6 +193,30 @@ def units(p: ChainProblem, budget: int, max_levels: int, rounding: str = "up"):
         def q(x):
             return -(-x // unit)
     return unit, q(p.fwd_sizes), q(p.bwd_sizes), exact
+
+
+def byte_tables(p: ChainProblem) -> Tables:
+    """The tables of ``p`` at its exact sizes (bytes), for the ``(min, max)`` recursions, with
+    the recursion limit raised for plan reconstruction (:func:`check_recursion`)."""
+    check_recursion(p.K)
+    return Tables(p, p.fwd_sizes, p.bwd_sizes)
+
+
+def level_tables(p: ChainProblem, budget: int, max_levels: int, rounding: str,
+                 slack_levels: int) -> tuple[Tables, int, bool, int]:
+    """The tables of ``p`` at its sizes in memory levels for ``budget`` bytes (:func:`units`,
+    at most ``max_levels`` levels): ``(tables, unit, exact, Lv)``, ``Lv`` the top level a cost
+    table fills (``budget // unit``, less ``slack_levels`` when a size was rounded)."""
+    unit, s, g, exact = units(p, budget, max_levels, rounding)
+    Lv = max(0, budget // unit - (0 if exact else int(slack_levels)))
+    return Tables(p, s, g), unit, exact, Lv
+
+
+def check_min_budget(budget: int, min_budget: int) -> None:
+    """Raise :class:`~remat.core.errors.InfeasibleBudgetError` when ``budget`` is below
+    ``min_budget`` (bytes), the smallest budget of the recursion's class."""
+    if budget < min_budget:
+        raise InfeasibleBudgetError(budget, min_budget, "no chain schedule fits (ChainDP)")
 
 
 def ops_cost(p: ChainProblem, ops) -> float:

@@ -2,6 +2,8 @@
 
 Everything works on arrays (:class:`CheckmateProblem`: node costs, output sizes in bytes, a
 topologically ordered edge list and a budget in bytes) and frontier-form ``R``/``S`` schedules.
+Units, in every module of the package: times are wall seconds, memory bytes, costs the
+problem's cost units.
 
 Modules, each importing only those above it:
 

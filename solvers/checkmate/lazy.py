@@ -1,8 +1,6 @@
 """The lazy Checkmate solve: the MILP with its ``U``/``FREE`` memory chain added step by step
 (``solve_checkmate(lazy_memory=True)``), and :class:`LazyCancel`, which stops it from another
 thread.
-
-Times are wall seconds, memory bytes, costs the problem's cost units.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Checkmate's approximation: LP relaxation, rounding of ``S``, the cheapest ``R`` per rounding.
-
-Times are wall seconds, memory bytes, costs the problem's cost units.
-"""
+"""Checkmate's approximation: LP relaxation, rounding of ``S``, the cheapest ``R`` per rounding."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ from solvers.checkmate.problem import (
 from solvers.checkmate.solve_state import (
     Schedule,
     SolveClock,
-    check_frontier_bound,
-    checkpoint_all_if_fits,
+    answer_before_solving,
 )
 from solvers.milp import MilpModel
 
@@ -80,10 +76,9 @@ def solve_checkmate_lp(
     cost meets the LP bound); ``lower_bound`` is the LP relaxation's optimum.
     """
     clock = SolveClock(time_limit)
-    done = checkpoint_all_if_fits(problem, clock)
+    done = answer_before_solving(problem, clock)
     if done is not None:
         return done
-    check_frontier_bound(problem, time_limit)
     rounds = _Rounds(np.random.default_rng(seed))
     for bf in budget_factors:
         left = clock.left()

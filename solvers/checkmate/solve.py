@@ -7,8 +7,6 @@ warm start or no time is left for the MILP's root.  Then one strategy takes the
 (:mod:`~solvers.checkmate.lazy`), as a portfolio of HiGHS seeds
 (:mod:`~solvers.checkmate.lazy_portfolio`) or raced against CP-SAT
 (:mod:`~solvers.checkmate.lazy_race`), or the whole model (:mod:`~solvers.checkmate.whole`).
-
-Times are wall seconds, memory bytes, costs the problem's cost units.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ from solvers.checkmate.solve_state import (
     Schedule,
     SolveClock,
     SolveState,
-    check_frontier_bound,
-    checkpoint_all_if_fits,
+    answer_before_solving,
     small_lp_bound,
     small_lp_bound_with_cuts,
 )
@@ -108,10 +105,9 @@ def solve_checkmate(
     """
     members = portfolio_size(portfolio, threads)  # bad input fails before any work
     clock = SolveClock(time_limit)
-    done = checkpoint_all_if_fits(problem, clock, warm_start=None)
+    done = answer_before_solving(problem, clock, warm_start=None)
     if done is not None:
         return done
-    check_frontier_bound(problem, time_limit)
     warm, warm_name = _initial_schedule(problem, warm_start)
     lp = LpBound()
     if backend in ("cpsat", "race"):  # integer data: memory in units of the sizes' gcd

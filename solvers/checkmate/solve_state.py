@@ -1,8 +1,7 @@
 """What every Checkmate strategy takes (:class:`SolveState`) and the helpers they share: the
 solve's clock, the small LP relaxation's bound, the answers before any MILP (checkpoint-all,
-the frontier lower bound) and the answer to an infeasible MILP.
-
-Times are wall seconds (:class:`SolveClock`), memory bytes, costs the problem's cost units.
+the frontier lower bound) and the answer to an infeasible MILP.  :class:`SolveClock` keeps the
+time (units: :mod:`solvers.checkmate`).
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ __all__ = [
     "SolveState",
     "small_lp_bound",
     "small_lp_bound_with_cuts",
-    "checkpoint_all_if_fits",
-    "check_frontier_bound",
+    "answer_before_solving",
     "raise_infeasible",
 ]
 
@@ -134,28 +132,31 @@ def small_lp_bound_with_cuts(problem: CheckmateProblem, formulation: Formulation
     return LpBound(res.bound, res.first_lp_s, res.cuts)
 
 
-def checkpoint_all_if_fits(problem: CheckmateProblem, clock: SolveClock, **meta
-                           ) -> CheckmateSolution | None:
-    """The checkpoint-all schedule (optimal: every node runs once) when it fits
-    ``problem.budget`` bytes or there is no budget, else ``None``.  ``meta`` is added to its
-    ``meta``."""
+def answer_before_solving(problem: CheckmateProblem, clock: SolveClock, **meta
+                          ) -> CheckmateSolution | None:
+    """What every Checkmate solve (exact or LP rounding) does first.
+
+    Returns:
+      The checkpoint-all schedule (optimal: every node runs once) when it fits
+      ``problem.budget`` bytes or there is no budget, ``meta`` added to its ``meta``; else
+      ``None``.
+
+    Raises:
+      InfeasibleBudgetError: ``problem.budget`` is below the frontier lower bound (with
+        :func:`min_feasible_budget`, ``clock.limit`` seconds).
+    """
     R0, S0 = checkpoint_all_schedule(problem)
     peak0, _ = schedule_memory(problem, R0, S0)
-    if problem.budget is not None and problem.budget < peak0:
-        return None
-    c = float(problem.costs.sum())
-    return CheckmateSolution(R0, S0, "optimal", c, c, 0.0, peak0, clock.elapsed(), 0.0, 0,
-                             {"method": "checkpoint_all", **meta})
-
-
-def check_frontier_bound(problem: CheckmateProblem, time_limit: float) -> None:
-    """Raise :class:`InfeasibleBudgetError` (with :func:`min_feasible_budget`, ``time_limit``
-    seconds) when ``problem.budget`` is below the frontier lower bound."""
     budget = problem.budget
-    if budget is not None and budget < problem.frontier_lower_bound():
-        mf, exact = min_feasible_budget(problem, time_limit=time_limit)
+    if budget is None or budget >= peak0:
+        c = float(problem.costs.sum())
+        return CheckmateSolution(R0, S0, "optimal", c, c, 0.0, peak0, clock.elapsed(), 0.0, 0,
+                                 {"method": "checkpoint_all", **meta})
+    if budget < problem.frontier_lower_bound():
+        mf, exact = min_feasible_budget(problem, time_limit=clock.limit)
         raise InfeasibleBudgetError(budget, mf, "below the frontier lower bound" +
                                     ("" if exact else " (min_feasible_bytes is an upper estimate)"))
+    return None
 
 
 def raise_infeasible(problem: CheckmateProblem, clock: SolveClock) -> None:

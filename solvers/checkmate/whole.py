@@ -1,7 +1,5 @@
 """The whole Checkmate MILP solved as one model (every step's ``U``/``FREE`` memory chain built,
 or none when the formulation drops it), on any back end of :meth:`solvers.milp.MilpModel.solve`.
-
-Times are wall seconds, memory bytes, costs the problem's cost units.
 """
 
 from __future__ import annotations

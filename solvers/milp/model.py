@@ -20,8 +20,7 @@ means for its problem).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -246,19 +245,7 @@ class MilpModel:
         return float(self.objective_vector() @ x + self.offset), viol
 
     # --------------------------------------------------------------- solve
-    def solve(
-        self,
-        backend: str = "highs",
-        time_limit: float = 60.0,
-        mip_gap: float = 1e-4,
-        threads: int | None = None,
-        warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
-        relax: bool = False,
-        log: bool = False,
-        presolve: bool = True,
-        options: dict[str, Any] | None = None,
-        on_start: Callable[[Any], Callable[[], None] | None] | None = None,
-    ) -> MilpSolution:
+    def solve(self, backend: str = "highs", **options) -> MilpSolution:
         """Solve the model with the back end called ``backend`` (:mod:`solvers.milp.registry`).
 
         Args:
@@ -268,27 +255,17 @@ class MilpModel:
             :mod:`solvers.milp.backends.cpsat`; ``threads`` is its worker count, ``options`` go
             to :func:`~solvers.milp.backends.cpsat.solve_cpsat`) or ``"race"`` (both at once,
             first proof wins: :mod:`solvers.milp.backends.race`).
-          time_limit: wall-clock limit in seconds (always applied; ``None``/inf means 1e7 s).
-          mip_gap: relative MIP gap at which to stop.
-          threads: solver threads (HiGHS ``threads``; ``None`` leaves the default).
-          warm_start: a full ``float[num_vars]`` vector (``nan`` entries are left unset, making it
-            partial) or ``(indices, values)`` for a partial one.  HiGHS completes partial
-            solutions itself; cvxpy ignores warm starts.
-          relax: solve the LP relaxation (integrality dropped).
-          log: print the solver log.
-          presolve: run HiGHS presolve.
-          options: extra HiGHS options (``{"mip_heuristic_effort": 0.3}``).
-          on_start: (HiGHS) called with the ``highspy.Highs`` object just before the search;
-            it may subscribe callbacks or stop the search (``cancelSolve()``) and may return a
-            function that is called when the search ends (to unsubscribe).
+          **options: the fields of :class:`~solvers.milp.solution.SolveOptions`, by keyword,
+            with its defaults: ``time_limit`` (60 s; ``None``/inf means 1e7 s), ``mip_gap``
+            (1e-4), ``threads``, ``warm_start``, ``relax``, ``log``, ``presolve``, ``options``
+            and ``on_start``.
 
         Raises:
           SolverTimeoutError: the time limit hit before any feasible solution was found.
           SolverError: an unknown ``backend``, or the back end failed.
+          TypeError: an option :class:`~solvers.milp.solution.SolveOptions` does not have.
         """
-        return solve_with_backend(self, backend, time_limit=time_limit, mip_gap=mip_gap,
-                                  threads=threads, warm_start=warm_start, relax=relax, log=log,
-                                  presolve=presolve, options=options, on_start=on_start)
+        return solve_with_backend(self, backend, **options)
 
     def to_highs(self, *, relax: bool = False, log: bool = False):
         """A ``highspy.Highs`` holding this model (integrality dropped with ``relax``); the

@@ -6,17 +6,16 @@ other way round.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from remat.core.errors import SolverError
 from solvers.milp.backends import cpsat, cvxpy_backend, highs, race
-from solvers.milp.solution import MilpData, MilpSolution
+from solvers.milp.solution import MilpData, MilpSolution, SolveOptions
 
 __all__ = ["BACKENDS", "solve", "check_backend"]
 
-# name -> solve(model, **options); what MilpModel.solve(backend=...) takes
-BACKENDS: dict[str, Callable[..., MilpSolution]] = {
+# name -> solve(model, opts); what MilpModel.solve(backend=...) takes
+BACKENDS: dict[str, Callable[[MilpData, SolveOptions], MilpSolution]] = {
     "highs": highs.solve,
     "cvxpy": cvxpy_backend.solve,
     "cpsat": cpsat.solve,
@@ -39,19 +38,17 @@ def check_backend(backend: str) -> None:
         raise SolverError(f"MILP backend {backend!r} needs OR-Tools: pip install -e '.[cpsat]'")
 
 
-def solve(model: MilpData, backend: str = "highs", *, time_limit: float | None = 60.0,
-          **options) -> MilpSolution:
-    """Solve ``model`` with the back end called ``backend``; ``options`` as
-    :meth:`solvers.milp.MilpModel.solve` takes them.  ``time_limit`` ``None`` or infinite
-    means 1e7 s (a limit is always set).
+def solve(model: MilpData, backend: str = "highs", **options) -> MilpSolution:
+    """Solve ``model`` with the back end called ``backend``; ``options`` are the fields of
+    :class:`~solvers.milp.solution.SolveOptions` (its defaults; ``time_limit`` ``None`` or
+    infinite means 1e7 s: a limit is always set).
 
     Raises:
       SolverError: an unknown ``backend``, or the back end's own errors.
       SolverTimeoutError: the limit hit before any feasible solution.
+      TypeError: an option :class:`~solvers.milp.solution.SolveOptions` does not have.
     """
-    if time_limit is None or not math.isfinite(time_limit):
-        time_limit = 1e7
     fn = BACKENDS.get(backend) if isinstance(backend, str) else None
     if fn is None:
         raise _unknown(backend)
-    return fn(model, time_limit=time_limit, **options)
+    return fn(model, SolveOptions(**options))

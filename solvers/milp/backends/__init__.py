@@ -1,4 +1,5 @@
-"""MILP back ends: each module's ``solve(model, **options) -> MilpSolution``.
+"""MILP back ends: each module's ``solve(model, opts) -> MilpSolution``, ``opts`` a
+:class:`~solvers.milp.solution.SolveOptions`.
 
 ``highs`` (highspy), ``cvxpy_backend`` (cvxpy with HiGHS), ``cpsat`` (OR-Tools CP-SAT) and
 ``race`` (HiGHS and CP-SAT at once).  They import :mod:`solvers.milp.solution` only, never

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import numpy as np
 
 from remat.core.errors import SolverError, SolverTimeoutError
-from solvers.milp.solution import MilpData, MilpSolution, full_warm_start
+from solvers.milp.solution import MilpData, MilpSolution, SolveOptions
 
 __all__ = ["solve", "solve_cpsat", "available"]
 
@@ -47,33 +46,17 @@ def _integral(a: np.ndarray, tol: float = 1e-9) -> bool:
     return bool(np.all(np.abs(a - np.round(a)) <= tol * np.maximum(1.0, np.abs(a))))
 
 
-def solve(
-    model: MilpData,
-    *,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
-    relax: bool = False,
-    log: bool = False,
-    presolve: bool = True,
-    options: dict[str, Any] | None = None,
-    on_start: Any = None,
-) -> MilpSolution:
-    """:func:`solve_cpsat` with the arguments of :meth:`solvers.milp.MilpModel.solve`:
-    ``threads`` is the worker count, ``options`` go to :func:`solve_cpsat` as keywords,
-    ``presolve`` and ``on_start`` are ignored.
+def solve(model: MilpData, opts: SolveOptions) -> MilpSolution:
+    """:func:`solve_cpsat` with the :class:`~solvers.milp.solution.SolveOptions` of
+    :meth:`solvers.milp.MilpModel.solve`: ``threads`` is the worker count, ``options`` go to
+    :func:`solve_cpsat` as keywords, ``presolve`` and ``on_start`` are ignored.
 
     Raises:
       SolverError: ``relax`` (CP-SAT solves integer programs only), or as :func:`solve_cpsat`.
       SolverTimeoutError: as :func:`solve_cpsat`.
     """
-    if relax:
-        raise SolverError("backend 'cpsat' solves integer programs only; the LP relaxation "
-                          "needs 'highs' or 'cvxpy'")
-    return solve_cpsat(model, time_limit=time_limit, mip_gap=mip_gap, workers=threads,
-                       warm_start=full_warm_start(model.num_vars, warm_start), log=log,
-                       **(options or {}))
+    kw = opts.integer_keywords("cpsat", model.num_vars)
+    return solve_cpsat(model, workers=opts.threads, **kw, **(opts.options or {}))
 
 
 def solve_cpsat(model: MilpData, *, time_limit: float, mip_gap: float = 1e-4,

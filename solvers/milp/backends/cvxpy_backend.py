@@ -9,32 +9,20 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from remat.core.errors import SolverError, SolverTimeoutError
-from solvers.milp.solution import MilpData, MilpSolution
+from solvers.milp.solution import MilpData, MilpSolution, SolveOptions
 
 __all__ = ["solve"]
 
 
-def solve(
-    model: MilpData,
-    *,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    warm_start: Any = None,
-    relax: bool = False,
-    log: bool = False,
-    presolve: bool = True,
-    options: dict[str, Any] | None = None,
-    on_start: Any = None,
-) -> MilpSolution:
-    """Solve ``model`` through cvxpy (arguments as :meth:`solvers.milp.MilpModel.solve`;
-    ``time_limit`` finite seconds, ``options`` extra keywords of ``Problem.solve``).
+def solve(model: MilpData, opts: SolveOptions) -> MilpSolution:
+    """Solve ``model`` through cvxpy (:class:`~solvers.milp.solution.SolveOptions` as
+    :meth:`solvers.milp.MilpModel.solve` takes them; ``options`` extra keywords of
+    ``Problem.solve``).
 
     Raises:
       SolverTimeoutError: stopped at the limit without a feasible solution.
@@ -42,14 +30,14 @@ def solve(
     """
     import cvxpy as cp
 
-    options = options or {}
+    time_limit = opts.time_limit
     t0 = time.perf_counter()
     A, lo, hi = model.matrix()
     lb, ub = model.bounds()
     integ = model.integrality()
     c = model.objective_vector()
     n = model.num_vars
-    int_idx = np.flatnonzero(integ) if not relax else np.zeros(0, np.int64)
+    int_idx = np.flatnonzero(integ) if not opts.relax else np.zeros(0, np.int64)
     cont_idx = np.setdiff1d(np.arange(n), int_idx)
     parts, P = [], []
     for ids, is_int in ((int_idx, True), (cont_idx, False)):
@@ -81,12 +69,12 @@ def solve(
     t1 = time.perf_counter()
     kw = {"time_limit": float(time_limit)}
     if len(int_idx):
-        kw["mip_rel_gap"] = float(mip_gap)
-    kw.update(options)
+        kw["mip_rel_gap"] = float(opts.mip_gap)
+    kw.update(opts.options or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            prob.solve(solver=cp.HIGHS, verbose=bool(log), **kw)
+            prob.solve(solver=cp.HIGHS, verbose=bool(opts.log), **kw)
         except cp.error.SolverError as e:  # pragma: no cover - back end failure
             raise SolverError(f"cvxpy/HiGHS failed: {e}") from e
     solve_s = time.perf_counter() - t1

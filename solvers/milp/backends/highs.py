@@ -12,34 +12,20 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from remat.core.errors import SolverError, SolverTimeoutError
-from solvers.milp.solution import MilpData, MilpSolution, relative_gap
+from solvers.milp.solution import MilpData, MilpSolution, SolveOptions, relative_gap
 
 __all__ = ["solve", "to_highs", "set_highs_threads", "highs_thread_count"]
 
 _HIGHS_THREADS: int | None = None  # thread count of HiGHS's process-wide pool, once we set one
 
 
-def solve(
-    model: MilpData,
-    *,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
-    relax: bool = False,
-    log: bool = False,
-    presolve: bool = True,
-    options: dict[str, Any] | None = None,
-    on_start: Callable[[Any], Callable[[], None] | None] | None = None,
-) -> MilpSolution:
-    """Solve ``model`` with HiGHS (arguments as :meth:`solvers.milp.MilpModel.solve`;
-    ``time_limit`` finite seconds, ``options`` HiGHS options).
+def solve(model: MilpData, opts: SolveOptions) -> MilpSolution:
+    """Solve ``model`` with HiGHS (:class:`~solvers.milp.solution.SolveOptions` as
+    :meth:`solvers.milp.MilpModel.solve` takes them; ``options`` HiGHS options).
 
     Raises:
       SolverTimeoutError: stopped (time or work limit, interrupt) without a feasible solution.
@@ -47,15 +33,15 @@ def solve(
     """
     import highspy
 
-    options = options or {}
+    warm_start, on_start = opts.warm_start, opts.on_start
     nv = model.num_vars
     t0 = time.perf_counter()
-    h, is_mip = to_highs(model, relax=relax, log=log)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", float(mip_gap))
-    h.setOptionValue("presolve", "on" if presolve else "off")
-    set_highs_threads(h, threads)
-    for k, v in options.items():
+    h, is_mip = to_highs(model, relax=opts.relax, log=opts.log)
+    h.setOptionValue("time_limit", float(opts.time_limit))
+    h.setOptionValue("mip_rel_gap", float(opts.mip_gap))
+    h.setOptionValue("presolve", "on" if opts.presolve else "off")
+    set_highs_threads(h, opts.threads)
+    for k, v in (opts.options or {}).items():
         h.setOptionValue(k, v)
     if warm_start is not None and is_mip:
         if isinstance(warm_start, tuple):

@@ -18,44 +18,27 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import Any
 
 import numpy as np
 
 from remat.core.errors import SolverError, SolverTimeoutError
 from solvers.milp.backends import cpsat, highs
-from solvers.milp.solution import MilpData, MilpSolution, full_warm_start
+from solvers.milp.solution import MilpData, MilpSolution, SolveOptions
 
 __all__ = ["solve", "solve_race"]
 
 
-def solve(
-    model: MilpData,
-    *,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    warm_start: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
-    relax: bool = False,
-    log: bool = False,
-    presolve: bool = True,
-    options: dict[str, Any] | None = None,
-    on_start: Any = None,
-) -> MilpSolution:
-    """:func:`solve_race` with the arguments of :meth:`solvers.milp.MilpModel.solve`:
-    ``options`` go to :func:`solve_race` as keywords (``cpsat_workers``); ``threads``,
-    ``presolve`` and ``on_start`` are ignored.
+def solve(model: MilpData, opts: SolveOptions) -> MilpSolution:
+    """:func:`solve_race` with the :class:`~solvers.milp.solution.SolveOptions` of
+    :meth:`solvers.milp.MilpModel.solve`: ``options`` go to :func:`solve_race` as keywords
+    (``cpsat_workers``); ``threads``, ``presolve`` and ``on_start`` are ignored.
 
     Raises:
       SolverError: ``relax`` (the race solves integer programs only), or as :func:`solve_race`.
       SolverTimeoutError: as :func:`solve_race`.
     """
-    if relax:
-        raise SolverError("backend 'race' solves integer programs only; the LP relaxation "
-                          "needs 'highs' or 'cvxpy'")
-    return solve_race(model, time_limit=time_limit, mip_gap=mip_gap,
-                      warm_start=full_warm_start(model.num_vars, warm_start), log=log,
-                      **(options or {}))
+    kw = opts.integer_keywords("race", model.num_vars)
+    return solve_race(model, **kw, **(opts.options or {}))
 
 
 def solve_race(model: MilpData, *, time_limit: float, mip_gap: float = 1e-4,
@@ -112,8 +95,8 @@ def solve_race(model: MilpData, *, time_limit: float, mip_gap: float = 1e-4,
     w = None if warm_start is None else np.asarray(warm_start, dtype=np.float64)
     threads = [
         threading.Thread(target=run, args=("highs", lambda cb: highs.solve(
-            model, time_limit=time_limit, mip_gap=mip_gap, warm_start=w, log=log,
-            on_start=cb)), daemon=True),
+            model, SolveOptions(time_limit=time_limit, mip_gap=mip_gap, warm_start=w, log=log,
+                                on_start=cb))), daemon=True),
         threading.Thread(target=run, args=("cpsat", lambda cb: cpsat.solve_cpsat(
             model, time_limit=time_limit, mip_gap=mip_gap, workers=cpsat_workers,
             warm_start=w, log=log, on_start=cb)), daemon=True),
