@@ -33,7 +33,7 @@ from experiments.solver_benchmark_published import DEFAULT_BENCH, HEURISTIC_OPTI
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["graph", "m", "method", "policy", "budget_bytes", "objective_before", "objective_after",
-          "peak_before", "peak_after", "status_after", "same", "wall_s"]
+          "peak_before", "peak_after", "status_after", "error", "same", "wall_s"]
 
 
 def rows_to_check(path: Path, max_solve_s: float, max_nodes: int) -> list[dict]:
@@ -56,6 +56,7 @@ HEURISTIC_POLICIES = ("sqrtn", "chain_dp", "greedy_remat", "pebbling")
 def check(r: dict, bench: Path, time_limit: float) -> dict:
     import policies
     import remat
+    from remat.core.errors import RematError
 
     g = remat.load_graph(bench / f"{r['graph']}.json")
     b = int(r["budget_bytes"])
@@ -64,19 +65,29 @@ def check(r: dict, bench: Path, time_limit: float) -> dict:
     else:
         pol = policies.get(r["policy"], **HEURISTIC_OPTIONS.get(r["policy"], {}))
     t0 = time.perf_counter()
-    p = pol.plan(g, budget=b)
+    try:
+        p = pol.plan(g, budget=b)
+    except RematError as e:  # a refusal is a result too: it must reproduce, message and all
+        err = f"{type(e).__name__}: {e}"
+        return dict(graph=r["graph"], m=r["m"], method=r["method"], policy=r["policy"],
+                    budget_bytes=b, objective_before=r["objective"], objective_after="",
+                    peak_before=r["peak_bytes"], peak_after="", status_after="error", error=err,
+                    same=err == r.get("error", ""), wall_s=round(time.perf_counter() - t0, 2))
     wall = time.perf_counter() - t0
     obj = float(p.compute_counts() @ g.costs)
     peak = remat.simulate(g, p).peak_bytes
-    before = float(r["objective"])
     rtol = 1e-4 if r["method"] == "milp" else 1e-9
-    same = abs(obj - before) <= rtol * max(1.0, abs(before))
-    if r["method"] == "heuristic":
-        same = same and peak == int(r["peak_bytes"])
+    if r.get("error"):
+        before, same = r["objective"], False
+    else:
+        before = float(r["objective"])
+        same = abs(obj - before) <= rtol * max(1.0, abs(before))
+        if r["method"] == "heuristic":
+            same = same and peak == int(r["peak_bytes"])
     return dict(graph=r["graph"], m=r["m"], method=r["method"], policy=r["policy"],
                 budget_bytes=b, objective_before=before, objective_after=obj,
                 peak_before=int(r["peak_bytes"]), peak_after=peak,
-                status_after=p.meta["status"], same=same, wall_s=round(wall, 2))
+                status_after=p.meta["status"], error="", same=same, wall_s=round(wall, 2))
 
 
 def main(argv=None) -> int:
@@ -100,13 +111,14 @@ def main(argv=None) -> int:
     if args.reference:  # compare with another commit's run of this script
         with open(args.reference) as f:
             ref = {(r["graph"], r["m"], r["method"]): r for r in csv.DictReader(f)}
-        todo = [dict(r, objective=ref[k]["objective_after"], peak_bytes=ref[k]["peak_after"])
+        todo = [dict(r, objective=ref[k]["objective_after"], peak_bytes=ref[k]["peak_after"],
+                     error=ref[k].get("error", ""))
                 for r in todo if (k := (r["graph"], r["m"], r["method"])) in ref]
     for r in todo:
         row = check(r, bench, args.time_limit)
         rows.append(row)
         print(f"{row['graph'][:32]:32} m={row['m']} {row['method']:9} {row['policy']:12} "
-              f"{row['objective_before']:.6g} -> {row['objective_after']:.6g} "
+              f"{row['objective_before']} -> {row['objective_after'] or row['error'][:60]} "
               f"peak {row['peak_before']} -> {row['peak_after']} "
               f"{'same' if row['same'] else 'DIFFERENT'} ({row['wall_s']} s)", flush=True)
     with open(args.out, "w", newline="") as f:
