@@ -86,7 +86,8 @@ def check(r: dict, bench: Path, time_limit: float) -> dict:
             same = same and peak == int(r["peak_bytes"])
     return dict(graph=r["graph"], m=r["m"], method=r["method"], policy=r["policy"],
                 budget_bytes=b, objective_before=before, objective_after=obj,
-                peak_before=int(r["peak_bytes"]), peak_after=peak,
+                peak_before=r["peak_bytes"] if r.get("error") else int(r["peak_bytes"]),
+                peak_after=peak,
                 status_after=p.meta["status"], error="", same=same, wall_s=round(wall, 2))
 
 
