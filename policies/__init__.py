@@ -1,6 +1,8 @@
 """Rematerialization policies: one module per policy, ``Graph -> Plan``.
 
-``policies.get(name, **options)`` and ``policies.available()`` form the registry.
+``policies.get(name, **options)`` and ``policies.available()`` form the registry;
+:mod:`policies.combinators` composes policies (``WarmStarted``, ``Reordered``, ``BestOf``,
+``Fallback``).
 """
 
 from policies.base import (
@@ -14,8 +16,9 @@ from policies.base import (
     register,
 )
 from policies.chain_dp import ChainDP
-from policies.checkmate import Checkmate
+from policies.checkmate import Checkmate, CheckmateMILP
 from policies.checkpoint_all import CheckpointAll
+from policies.combinators import BestOf, Fallback, Reordered, WarmStarted
 from policies.greedy_remat import GreedyRemat
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
@@ -32,7 +35,7 @@ from policies.sqrtn import SqrtN
 
 __all__ = [
     "BasePolicy", "Policy", "PolicyContext", "available", "get", "option_names", "register",
-    "checkpoint_all_plan", "ScanLayers",
+    "checkpoint_all_plan", "ScanLayers", "BestOf", "Fallback", "Reordered", "WarmStarted",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
-    "Checkmate", "Poet", "GreedyRemat", "Pebbling", "PeakShave", "Olla", "Melon", "NNTrainer", "Sage",
+    "Checkmate", "CheckmateMILP", "Poet", "GreedyRemat", "Pebbling", "PeakShave", "Olla", "Melon", "NNTrainer", "Sage",
 ]

@@ -18,9 +18,14 @@ asks :meth:`BasePolicy.check_applicable`, short-cuts to checkpoint-all when the 
 recomputation (policies that opt in), times the solve, validates the plan by replay (on the graph
 at the plan's micro-batch size), refuses a plan over budget, and fills the same typed statistics
 for every policy (:class:`remat.core.plan.PlanStats`: status, objective, lower bound, gap, solve time,
-peak).  The :class:`PolicyContext` carries what a decision may need besides the graph: the time
-limit, the device profile, and the graph at another micro-batch count (``ctx.graph_at(k)``) so a
-policy can choose ``Plan.microbatches``.
+peak; ``plan.stats``).  A ``solve`` that finds no plan may raise
+:class:`~remat.core.errors.InfeasibleBudgetError` without a minimum: the wrapper asks
+:meth:`BasePolicy.min_feasible_budget`, the one method for a policy's smallest budget.  The
+:class:`PolicyContext` carries what a decision may need besides the graph: the time limit, the
+device profile, the graph at another micro-batch count (``ctx.graph_at(k)``) so a policy can
+choose ``Plan.microbatches``, and other policies' plans as warm starts (``ctx.warm_starts``).
+Policies compose through :mod:`policies.combinators` (``WarmStarted``, ``Reordered``,
+``BestOf``, ``Fallback``), not by looking each other up in the registry.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 from remat.core.budget import resolve_budget
 from remat.core.context import PolicyContext
 from remat.core.errors import (
+    InfeasibleBudgetError,
     InvalidOptionError,
     InvalidPlanError,
     RematError,
@@ -41,7 +47,7 @@ from remat.core.errors import (
     UnknownNameError,
 )
 from remat.core.graph import Graph
-from remat.core.plan import Plan, checkpoint_all_plan
+from remat.core.plan import Plan, PlanStats, checkpoint_all_plan
 from solvers.bounds import frontier_lower_bound
 
 _REGISTRY: dict[str, type] = {}
@@ -106,6 +112,16 @@ class BasePolicy(abc.ABC):
                                    "ctx.graph_at to be checked")
         return ctx.graph_at(k)
 
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
+        """The smallest budget (bytes) under which this policy plans ``graph``, or ``None`` when
+        it does not know one (the default).
+
+        :meth:`plan` calls it when :meth:`solve` raises
+        :class:`~remat.core.errors.InfeasibleBudgetError` without a minimum
+        (``min_feasible_bytes=None``), so a policy writes its search once, here.
+        """
+        return None
+
     # -- the one wrapper
     def resolve(self, graph: Graph, budget: int | str | None = None) -> int | None:
         """The budget in bytes: ``budget`` if given, else the policy's own ``budget`` option."""
@@ -116,12 +132,14 @@ class BasePolicy(abc.ABC):
         """Plan ``graph`` under ``budget`` (default: the constructor's); see the module docstring.
 
         Returns:
-          A validated :class:`~remat.Plan` whose ``meta`` holds ``policy``, ``budget`` (bytes),
-          ``status``, ``objective`` (and ``objective_unit``), ``lower_bound``, ``gap``,
+          A validated :class:`~remat.Plan` whose ``meta`` holds the
+          :class:`~remat.core.plan.PlanStats` fields (``plan.stats``): ``policy``, ``budget``
+          (bytes), ``status``, ``objective`` (and ``objective_unit``), ``lower_bound``, ``gap``,
           ``peak_bytes`` (replayed), ``compute_cost`` and ``solve_time_s``.
 
         Raises:
-          InfeasibleBudgetError: with the policy's smallest feasible budget.
+          InfeasibleBudgetError: with the policy's smallest feasible budget
+            (:meth:`min_feasible_budget` when :meth:`solve` did not give one).
           NotApplicableError: the policy does not apply to ``graph``.
           SolverError: the policy produced a plan over budget (a bug, never returned).
         """
@@ -134,7 +152,13 @@ class BasePolicy(abc.ABC):
             p = checkpoint_all_plan(graph).with_meta(method="checkpoint_all", objective=cost,
                                                      lower_bound=cost, gap=0.0)
         else:
-            p = self.solve(graph, b, ctx)
+            try:
+                p = self.solve(graph, b, ctx)
+            except InfeasibleBudgetError as e:
+                if e.min_feasible_bytes is not None:
+                    raise
+                mf = self.min_feasible_budget(graph, ctx)
+                raise InfeasibleBudgetError(e.budget, mf, e.reason) from None
         return self._finish(graph, p, b, ctx, time.perf_counter() - t0)
 
     def _finish(self, graph: Graph, p: Plan, b: int | None, ctx: PolicyContext,
@@ -159,10 +183,11 @@ class BasePolicy(abc.ABC):
         gap = p.meta.get("gap")
         if gap is None and lb is not None:
             gap = max(0.0, (objective - lb) / objective) if objective > 0 else 0.0
-        return p.with_meta(policy=self.name, budget=b, status=status, objective=objective,
-                           objective_unit=self.objective_unit, lower_bound=lb, gap=gap,
-                           peak_bytes=int(peak), compute_cost=compute,
-                           solve_time_s=float(elapsed))
+        stats = PlanStats(policy=self.name, budget=b, status=status, objective=objective,
+                          objective_unit=self.objective_unit, lower_bound=lb, gap=gap,
+                          peak_bytes=int(peak), compute_cost=compute,
+                          solve_time_s=float(elapsed))
+        return p.with_meta(**stats.as_meta())
 
 
 def register(name: str) -> Callable:

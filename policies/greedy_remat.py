@@ -198,7 +198,7 @@ class GreedyRemat(BasePolicy):
                     best = (c, r[0], sc)
         return None if best is None else (best[1], best[2])
 
-    def min_feasible_budget(self, graph: Graph) -> int:
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int:
         """Smallest budget (bytes, within ``search_rtol``) at which this heuristic succeeds.
 
         Bisection between the largest single-node need and :meth:`Graph.no_remat_peak`; the
@@ -212,10 +212,8 @@ class GreedyRemat(BasePolicy):
         if b is None:
             b = graph.no_remat_peak()
         found = self._best(graph, int(b))
-        if found is None:
-            mf = self.min_feasible_budget(graph)
+        if found is None:  # the wrapper adds min_feasible_budget
             raise InfeasibleBudgetError(
-                b, mf, "greedy_remat heuristic's own minimum (bisection), not a proven bound"
-            )
+                b, None, "greedy_remat heuristic's own minimum (bisection), not a proven bound")
         steps, sc = found
         return plan_from_steps(graph, steps, status="heuristic", score=sc)

@@ -329,7 +329,7 @@ class Melon(BasePolicy):
     def _pool_only(self, graph: Graph) -> Plan:
         return pool_layout(graph, checkpoint_all_plan(graph).with_meta(status="heuristic"))
 
-    def min_feasible_budget(self, graph: Graph) -> int:
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int:
         """Smallest pool budget (bytes, within ``search_rtol``) at which the recomputation
         succeeds: bisection (:func:`policies.base.bisect_min_budget`), or the pool-only size
         when even the no-remat peak fails (fragmentation)."""
@@ -362,10 +362,9 @@ class Melon(BasePolicy):
                         microbatch_reason=f"largest micro-batch ({ctx.batch_size // k}) whose "
                                           "pool fits without recomputation")
         p = self._recompute_plan(graph, budget_bytes)
-        if p is None:
-            mf = self.min_feasible_budget(graph)
+        if p is None:  # the wrapper adds min_feasible_budget
             raise InfeasibleBudgetError(
-                budget_bytes, mf, "melon heuristic's own minimum (bisection), not a proven bound")
+                budget_bytes, None, "melon heuristic's own minimum (bisection), not a proven bound")
         return p.with_meta(microbatch_reason=f"recomputation only: {why}")
 
     def adapt(self, plan: Plan, graph: Graph, new_budget: int | str, progress: float,

@@ -225,7 +225,7 @@ def pebbling_steps(graph: Graph, budget: int, score: str = "dtr", max_states: in
     return all_events, all_before, peak
 
 
-def _plan(graph: Graph, events, before, **meta) -> Plan:
+def plan_from_events(graph: Graph, events, before, **meta) -> Plan:
     """Plan from per-step event lists: one plan step per maximal strictly increasing run of a
     step's events (so a frontier-form ``T = n`` plan whenever no step repeats a node), entering
     it with the walk's live set; carried values leave through the next run's live set."""
@@ -252,8 +252,9 @@ def _plan(graph: Graph, events, before, **meta) -> Plan:
 
 
 def _sequence_events(graph: Graph, seq) -> tuple[list[int], list[frozenset]]:
-    """``(events, before)`` of a run order for :func:`_plan`: ``before[k]`` the nodes whose
-    copies are alive across event ``k`` (computed before it, read at ``k`` or later)."""
+    """``(events, before)`` of a run order for :func:`plan_from_events`: ``before[k]`` the
+    nodes whose copies are alive across event ``k`` (computed before it, read at ``k`` or
+    later)."""
     end = copy_ends(seq, graph.preds)
     opens: dict[int, list[int]] = {}
     closes: dict[int, list[int]] = {}
@@ -352,12 +353,13 @@ class Pebbling(BasePolicy):
                 best = (c, ([seq], [_sequence_events(graph, seq)[1]]), "witness")
         return best, d
 
-    def min_feasible_budget(self, graph: Graph, failed_at: int | None = None) -> int:
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int:
         """Smallest budget (bytes, within ``search_rtol``) at which this heuristic succeeds:
-        bisection between the largest single-node need (or ``failed_at``, a budget it is known
-        to fail at) and the no-remat peak; a probe succeeds when the step-wise walk or the
-        witness search finds a schedule."""
-        return self._min_budget(graph, failed_at)[0]
+        bisection between the largest single-node need and the no-remat peak; a probe succeeds
+        when the step-wise walk or the witness search finds a schedule.  (On an infeasible
+        budget :meth:`solve` runs the same search from that budget up, and says whether the
+        witness search proved every rejected budget infeasible.)"""
+        return self._min_budget(graph, None)[0]
 
     def _min_budget(self, graph: Graph, failed_at: int | None) -> tuple[int, bool]:
         """:meth:`min_feasible_budget` and whether every budget it rejected was proven
@@ -407,4 +409,4 @@ class Pebbling(BasePolicy):
         if d is not None:
             meta.update(witness=d.status, witness_states=d.states,
                         witness_seconds=round(d.seconds, 3))
-        return _plan(graph, events, before, **meta)
+        return plan_from_events(graph, events, before, **meta)

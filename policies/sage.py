@@ -277,10 +277,9 @@ class Sage(BasePolicy):
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         b = graph.no_remat_peak() if budget_bytes is None else int(budget_bytes)
         p, mtp, ks = self._search(graph, b, ctx)
-        if p is None:
-            raise InfeasibleBudgetError(b, self.min_feasible_budget(graph, ctx),
-                                        "sage heuristic's own minimum (bisection), not a proven "
-                                        "bound")
+        if p is None:  # the wrapper adds min_feasible_budget
+            raise InfeasibleBudgetError(b, None, "sage heuristic's own minimum (bisection), not a "
+                                        "proven bound")
         k = int(p.microbatches)
         B = ctx.batch_size or 1
         recomputed = bool((p.compute_counts() > 1).any())

@@ -60,6 +60,9 @@ def test_every_policy_reports_the_same_stats(name):
     assert m["compute_cost"] == pytest.approx(rep.compute_time_s)
     assert m["objective_unit"] == "cost" and m["objective"] > 0
     assert m["solve_time_s"] >= 0
+    s = p.stats  # the same, typed
+    assert s == remat.core.plan.PlanStats(**{k: m[k] for k in s.as_meta()})
+    assert (s.policy, s.budget, s.peak_bytes) == (name, budget, rep.peak_bytes)
     if m["lower_bound"] is not None:
         assert m["lower_bound"] <= m["objective"] * (1 + 1e-9)
         assert 0 <= m["gap"] <= 1

@@ -170,7 +170,8 @@ def test_no_milp_incumbent_in_the_new_order_returns_the_pebbling_plan(monkeypatc
     monkeypatch.setattr(pc, "solve_checkmate", no_incumbent)
     monkeypatch.setattr(pc, "solve_checkmate_lns", no_incumbent)
     monkeypatch.setattr(pc, "_dag_heuristic_plans", lambda graph, budget: iter(()))
-    monkeypatch.setattr(pc.Checkmate, "_warm_start", lambda self, graph, problem: ("auto", "auto", {}))
+    monkeypatch.setattr(pc.CheckmateMILP, "_warm_start",
+                        lambda self, graph, problem, ctx=None: ("auto", "auto", {}))
     p = Checkmate(budget=b, time_limit=SAFETY_S, order="min_peak").plan(g)
     assert p.meta["status"] == "time_limit" and p.meta["best_of"] == "pebbling"
     assert p.meta["peak_bytes"] <= b  # replayed by the wrapper on the original graph

@@ -29,6 +29,9 @@ class PolicyContext:
       batch_coupled: samples of a batch interact in the forward pass (BatchNorm statistics),
         so micro-batching changes the math, not only the memory.
       started: ``time.perf_counter()`` when planning began.
+      warm_starts: other policies' plans of the same graph and budget handed to the policy as
+        starting points (:class:`WarmStart`, by ``policies.combinators.WarmStarted``); a policy
+        may use them or not.
     """
 
     time_limit: float | None = None
@@ -37,6 +40,7 @@ class PolicyContext:
     batch_size: int | None = None
     batch_coupled: bool = False
     started: float = dataclasses.field(default_factory=time.perf_counter)
+    warm_starts: tuple[WarmStart, ...] = ()
 
     def time_left(self, default: float | None = None) -> float | None:
         """Seconds left of ``time_limit`` (or of ``default``), at least 0.1; ``None``: no limit."""
@@ -51,3 +55,34 @@ class PolicyContext:
         if self.graph_at is None or not self.batch_size:
             return []
         return [k for k in range(2, self.batch_size + 1) if self.batch_size % k == 0]
+
+
+class WarmStart:
+    """Another policy's plan offered as a starting point, planned when first read.
+
+    Attributes:
+      name: the policy's name (``"chain_dp"``).
+      plan: its :class:`~remat.core.plan.Plan`, or ``None`` when it found none (not applicable,
+        infeasible); ``make()`` is called on the first read only, so a start nobody reads costs
+        nothing.
+    """
+
+    def __init__(self, name: str, make: Callable[[], Any]) -> None:
+        self.name = name
+        self._make: Callable[[], Any] | None = make
+        self._plan: Any = None
+
+    @property
+    def planned(self) -> bool:
+        """Whether :attr:`plan` has been computed."""
+        return self._make is None
+
+    @property
+    def plan(self) -> Any:
+        if self._make is not None:
+            self._plan, self._make = self._make(), None
+        return self._plan
+
+    def __repr__(self) -> str:
+        return f"WarmStart({self.name!r}, planned={self.planned})"
+

@@ -51,16 +51,19 @@ class InfeasibleBudgetError(RematError, ValueError):
     Attributes:
       budget: the budget that was asked for, in bytes.
       min_feasible_bytes: the smallest budget (bytes) for which a schedule exists under the
-        policy's memory model, computed (not guessed) by the policy or solver.
+        policy's memory model, computed (not guessed) by the policy or solver; ``None`` when
+        unknown.  A policy's ``solve`` may raise it with ``None``: ``BasePolicy.plan`` then
+        fills it from the policy's ``min_feasible_budget``.
+      reason: the message after the numbers (why, and whether the minimum is proven).
     """
 
-    def __init__(self, budget: float, min_feasible_bytes: float, message: str = ""):
+    def __init__(self, budget: float, min_feasible_bytes: float | None, message: str = ""):
         self.budget = budget
         self.min_feasible_bytes = min_feasible_bytes
-        text = (
-            f"budget {format_bytes(budget)} is infeasible; the smallest feasible budget is "
-            f"{format_bytes(min_feasible_bytes)} ({int(min_feasible_bytes)} bytes)"
-        )
+        self.reason = message
+        smallest = ("unknown" if min_feasible_bytes is None else
+                    f"{format_bytes(min_feasible_bytes)} ({int(min_feasible_bytes)} bytes)")
+        text = f"budget {format_bytes(budget)} is infeasible; the smallest feasible budget is {smallest}"
         super().__init__(text + (f": {message}" if message else ""))
 
 

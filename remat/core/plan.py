@@ -35,6 +35,51 @@ if TYPE_CHECKING:
     from remat.core.graph import Graph
 
 
+@dataclasses.dataclass(frozen=True)
+class PlanStats:
+    """What every policy reports about its plan, typed.
+
+    :meth:`policies.base.BasePolicy.plan` fills it for every policy and stores its fields in
+    ``Plan.meta`` under the same keys; :attr:`Plan.stats` reads them back.  Policy-specific
+    extras (Checkmate's ``tried``, OLLA's ``arena_bytes``, ...) stay in ``meta`` only.
+
+    Attributes:
+      policy: name of the policy that made the plan (``"custom"``: none).
+      budget: the budget in bytes (``None``: no limit).
+      status: ``"optimal"`` (proven), ``"feasible"`` (a solver's plan without proof),
+        ``"time_limit"`` (a solver's incumbent at its time limit), ``"heuristic"`` (no solver);
+        ``"unknown"`` for a plan no policy wrapper checked.
+      objective: the policy's objective value, in ``objective_unit``.
+      objective_unit: ``"cost"`` (the graph's compute-cost units), ``"bytes"`` (OLLA's arena),
+        ``"J"`` (POET's energy).
+      lower_bound: a proven bound on the objective (``None``: no bound).
+      gap: ``(objective - lower_bound) / objective`` in ``[0, 1]`` (``None``: no bound).
+      peak_bytes: peak of the plan's replay (bytes), on the graph at the plan's micro-batch size.
+      compute_cost: ``sum(runs[i] * cost[i])`` over the nodes, in the graph's cost units.
+      solve_time_s: wall seconds of the ``plan`` call.
+    """
+
+    policy: str = "custom"
+    budget: int | None = None
+    status: str = "unknown"
+    objective: float | None = None
+    objective_unit: str | None = None
+    lower_bound: float | None = None
+    gap: float | None = None
+    peak_bytes: int | None = None
+    compute_cost: float | None = None
+    solve_time_s: float = 0.0
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> PlanStats:
+        """The statistics held in a plan's ``meta`` (defaults where a key is missing)."""
+        return cls(**{f.name: meta[f.name] for f in dataclasses.fields(cls) if f.name in meta})
+
+    def as_meta(self) -> dict[str, Any]:
+        """The fields as ``Plan.meta`` entries (the keys every policy's plan carries)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
     """A rematerialization schedule.
@@ -50,8 +95,9 @@ class Plan:
         page-in that brings a value back, allocates; a node computed k times has k entries).
         Filled by :func:`remat.core.layout.allocate`; checked by :meth:`validate`.
       microbatches: number of micro-batches the batch is split into (gradients accumulated).
-      meta: ``policy``, ``budget`` (bytes or None), ``status`` (``optimal``, ``feasible``,
-        ``time_limit``, ``heuristic``), ``solve_time_s``, ``gap`` (where a solver ran), ...
+      meta: the :class:`PlanStats` fields (``policy``, ``budget``, ``status``, ``objective``,
+        ``gap``, ``peak_bytes``, ``solve_time_s``, ...; typed as :attr:`stats`) and the
+        policy's own entries.
     """
 
     R: np.ndarray
@@ -88,6 +134,11 @@ class Plan:
         meta = {"policy": "custom", "budget": None, "status": "unknown", "solve_time_s": 0.0}
         meta.update(dict(self.meta))
         object.__setattr__(self, "meta", meta)
+
+    @property
+    def stats(self) -> PlanStats:
+        """The statistics every policy reports (:class:`PlanStats`), read from ``meta``."""
+        return PlanStats.from_meta(self.meta)
 
     @property
     def num_steps(self) -> int:
