@@ -23,6 +23,7 @@ cost units).  ``policies.Checkmate`` is built from these
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -106,8 +107,9 @@ class _Combinator(BasePolicy):
     """What combinators share: the budget semantics of the policies they wrap, and the graph
     a returned plan is checked on (that of the policy whose plan it is)."""
 
+    @abc.abstractmethod
     def _members(self) -> tuple[Policy, ...]:
-        raise NotImplementedError
+        """The policies this combinator wraps."""
 
     def _policies(self) -> list[Policy]:
         """The members that are policies already (not ``graph -> policy`` functions)."""

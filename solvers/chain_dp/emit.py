@@ -9,13 +9,15 @@ either one back from the top state ``(a, k, h) = (-1, 0, 0)`` to an op sequence 
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from remat.core.errors import SolverError
 from solvers.chain_dp.problem import INF
 
 
-class ScheduleEmitter:
+class ScheduleEmitter(abc.ABC):
     """Plan reconstruction shared by the table back ends
     (:class:`solvers.chain_dp.numpy_dp.NumpyDP`, numpy, and
     :class:`solvers.chain_dp.compiled.CompiledDP`, numba): a subclass provides ``tb``
@@ -25,12 +27,12 @@ class ScheduleEmitter:
 
     label = "ChainDP"
 
+    @abc.abstractmethod
     def split_entries(self, a: int, k: int, h: int, js: np.ndarray, kk: np.ndarray,
                       mlev: int, sa: int, cost: bool
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(right, left without x, left keeping x)`` table values of the splits of state
         ``(a, k, h)`` at first checkpoints ``js`` (``INF`` where not allowed)."""
-        raise NotImplementedError
 
     def emit(self, a: int, k: int, h: int, mlev: int, ops: list) -> None:
         """Append the schedule of state ``(a, k, h)`` at memory level ``mlev`` (cost mode) or
