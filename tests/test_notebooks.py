@@ -4,6 +4,10 @@ their budgets by ``remat.simulate``, executor peaks equal simulated ones) are te
 
 The generated notebooks (``notebooks/make_notebooks.py``) must match their generator, so an edit
 to one without the other fails here.
+
+Kernels start with ``XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander`` whatever the
+worker's environment holds, so a notebook runs in one mode (XLA:CPU keeps ``jax.checkpoint`` and
+budgets are compiled bytes) on every run and at both ends of the JAX range.
 """
 
 import importlib.util
@@ -12,6 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from remat.compiled_budget import FLAG
 
 DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(DIR.glob("*.ipynb"))
@@ -51,7 +57,8 @@ def test_generated_notebooks_match_their_generator():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", FLAG)  # the kernel inherits it before JAX starts
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(

@@ -238,7 +238,6 @@ def test_registry_and_shortcut():
 
 # ------------------------------------------------------------------------ executor
 def _mlp():
-    os.environ.setdefault("XLA_FLAGS", "--xla_disable_hlo_passes=cse_barrier_expander")
     import jax
     import jax.numpy as jnp
 
