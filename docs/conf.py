@@ -1,7 +1,8 @@
 """Sphinx configuration of the remat documentation.
 
 Build (CI runs this at its newest end): ``sphinx-build -W --keep-going -b html docs docs/_build/html``.
-The results pages under ``results/data/`` are generated from ``experiments/results/*.csv`` by
+The results pages under ``results/data/`` and the tables under ``results/data/views/`` that
+``results/*.md`` include are generated from ``experiments/results/*.csv`` by
 ``docs/results_pages.py`` at the start of every build.
 """
 
@@ -31,7 +32,8 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build"]
+# the tables results pages include (``{include}``), not documents of their own
+exclude_patterns = ["_build", "results/data/views"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3

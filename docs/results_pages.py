@@ -3,8 +3,10 @@
 ``docs/conf.py`` calls :func:`write_pages` at the start of every Sphinx build. Each file in
 :data:`RESULTS` becomes one page, ``docs/results/data/<file stem>.md``: the command that made it,
 the page of the docs that discusses it, and its rows as a table (CSV and JSON lists of records),
-its text (``.txt``) or the file itself (``.md``). The pages are rebuilt on every build and are not
-committed (``docs/results/data/`` is git-ignored).
+its text (``.txt``) or the file itself (``.md``). The results pages (``docs/results/*.md``)
+include the tables of :data:`VIEWS`, written to ``docs/results/data/views/``: chosen columns
+and rows of one or more files, each file with its command. The pages are rebuilt on every build
+and are not committed (``docs/results/data/`` is git-ignored).
 
 Run it alone to check the registry: ``python docs/results_pages.py`` lists the files of
 ``experiments/results/`` that have no entry (``tests/test_docs.py`` fails on any).
@@ -16,6 +18,7 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -44,7 +47,7 @@ _CPU = "2-core x86_64 CPU, XLA:CPU"
 RESULTS: tuple[Result, ...] = (
     # extraction and execution
     Result("extract_timing.json", "Extraction time and FLOPs",
-           "python experiments/extract_benchmark.py --check-flops",
+           "python experiments/extract_benchmark.py --repeats 2 --check-flops",
            "results/extraction",
            f"One record per zoo model at its default size, `stages=\"auto\"` ({_CPU})."),
     Result("executor_vs_simulator.json", "Executor against simulator",
@@ -54,8 +57,9 @@ RESULTS: tuple[Result, ...] = (
            "One record per (zoo model, policy): simulated peak, the executor's bookkeeping and "
            "measured peaks (MiB), gradient error."),
     Result("calibrate_cpu.json", "Host calibration",
-           "python experiments/calibrate_report.py --out experiments/results/calibrate_cpu.json",
-           "guide/measuring",
+           "python experiments/calibrate_report.py --out experiments/results/calibrate_cpu.json"
+           "   # once per JAX version (0.12.0.1, 0.8.0); each run adds its entry",
+           "results/compiled_memory",
            "The `host` device profile measured on the project machine, once per JAX version."),
     # the drop-in
     Result("fidelity.csv", "Drop-in fidelity: predicted and realised saved bytes",
@@ -64,6 +68,7 @@ RESULTS: tuple[Result, ...] = (
            "One row per (zoo model at reduced size, policy, budget): planned, predicted and "
            "realised residual bytes, XLA temp and FLOPs (XLA flag on)."),
     Result("apply_benchmark.csv", "Applying plans in JAX",
+           "XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander "
            "python experiments/apply_benchmark.py --runs 15 "
            "--out experiments/results/apply_benchmark.csv",
            "results/apply",
@@ -72,26 +77,31 @@ RESULTS: tuple[Result, ...] = (
     Result("compiled_budget_jax0.12.0.1.csv", "Compiled budgets (jax 0.12.0.1)",
            "python experiments/compiled_budget_report.py "
            "--out experiments/results/compiled_budget_jax0.12.0.1.csv",
-           "guide/budgets",
+           "results/compiled_memory",
            "One row per (model, policy, percent of the compiled no-remat temp): the compiled "
            "temp the drop-in reached, rounds and compiles of the budget loop (XLA:CPU, flag on)."),
     Result("memory_model_jax0.12.0.1.csv", "XLA memory model (jax 0.12.0.1)",
            "python experiments/memory_model_report.py "
-           "--out experiments/results/memory_model_jax0.12.0.1.csv",
-           "guide/budgets",
+           "--out experiments/results/memory_model_jax0.12.0.1.csv   # in a jax 0.12.0.1 venv",
+           "results/compiled_memory",
            "`remat.xla_memory.predict_temp_bytes` against the compiled temp, per (model, plan)."),
     Result("memory_model_jax0.8.0.csv", "XLA memory model (jax 0.8.0)",
            "python experiments/memory_model_report.py "
            "--out experiments/results/memory_model_jax0.8.0.csv   # in a jax 0.8.0 venv",
-           "guide/budgets",
+           "results/compiled_memory",
            "The same report at the oldest supported JAX."),
     Result("gpu_benchmark_h200_before_loop.csv", "GPU benchmark on one H200 (before the "
            "compiled-budget loop)",
-           "python -m experiments.gpu_benchmark --size full --deadline-s 330   "
-           "# via experiments/gpu_bench_run.sh, first version",
-           "results/index",
-           "jax 0.11.2 on one H200; budgets were still modelled. 24 of 44 configurations were "
-           "measured before the deadline."),
+           "git worktree add /tmp/gpu ff517fe   # the benchmark's first version, before the "
+           "compiled-budget loop\n"
+           "(cd /tmp/gpu && OUT=/tmp/gpu_out bash experiments/gpu_bench_run.sh)   "
+           "# on the H200: python -m experiments.gpu_benchmark --size full --deadline-s 330\n"
+           "cp /tmp/gpu_out/gpu_benchmark.csv "
+           "experiments/results/gpu_benchmark_h200_before_loop.csv",
+           "results/compiled_memory",
+           "jax 0.11.2 on one H200, made before the compiled-budget loop existed: budgets were "
+           "still modelled (a share of the graph's modelled peak, not of XLA's bytes). 24 of 44 "
+           "configurations were measured before the deadline."),
     # scans
     Result("scan_pareto.csv", "ScanLayers against JAX's built-in policies",
            "python experiments/scan_pareto.py --out experiments/results/scan_pareto.csv --plot",
@@ -100,7 +110,9 @@ RESULTS: tuple[Result, ...] = (
            "FLOPs, residual bytes, and which plan dominates it."),
     # chains and the Checkmate MILP
     Result("solver_benchmark.csv", "Solvers on chains",
-           "python -m experiments.solver_benchmark",
+           "python -m experiments.solver_benchmark --stages 20 50 100 200 400 --fracs 0.3 0.5 "
+           "--dp-stages 20 50 100 200 400 1000 --time-limit 60 --threads 2 "
+           "--out experiments/results/solver_benchmark.csv",
            "results/chain_solvers",
            "Random chains (sizes 1-8 MiB), 60 s limit, 2 threads."),
     Result("chain_dp_timing.csv", "ChainDP wall time",
@@ -115,25 +127,33 @@ RESULTS: tuple[Result, ...] = (
     Result("milp_unseen.csv", "Checkmate on unseen MLPs (paired path cuts)",
            "python experiments/milp_unseen.py --path-cuts both\n"
            "python experiments/milp_unseen.py --solver cpsat --seeds 0",
-           "design/decisions/0003-path-cuts",
-           "100-layer Flax MLPs with random widths 16-96 (202 nodes), 5 seeds, 60 s."),
+           "results/milp",
+           "100-layer Flax MLPs with random widths 16-96 (202 nodes), 5 seeds, 60 s; `solver` "
+           "`highs` (path cuts on) and `highs-no-path-cuts` solve the same instances."),
     Result("milp_unseen_600s.csv", "Checkmate on unseen MLPs at 600 s",
            "python experiments/milp_unseen.py --budgets 30% --time-limit 600 "
            "--out experiments/results/milp_unseen_600s.csv",
-           "design/decisions/0003-path-cuts",
-           "The whole memory chain (before the lazy chain), 600 s per solve."),
+           "results/milp",
+           "The whole memory chain (made before the lazy chain was the default, so today's "
+           "code solves a different model), 600 s per solve."),
     Result("milp_unseen_portfolio.csv", "Checkmate on unseen MLPs: HiGHS seed portfolio",
            "python experiments/milp_unseen.py --portfolio both "
            "--out experiments/results/milp_unseen_portfolio.csv",
-           "design/decisions/0004-highs-seed-portfolio",
+           "results/milp",
            "Paired run on one calibration: two HiGHS searches against one."),
     Result("milp_unseen_portfolio_repeats.csv", "Checkmate on unseen MLPs: repeated calibrations",
-           "python experiments/milp_unseen.py --budgets 30% --out FILE [--save-instances DIR]",
-           "design/decisions/0004-highs-seed-portfolio",
-           "Three more calibrations at 30 % with the defaults (each run its own instances)."),
+           "python experiments/milp_unseen.py --budgets 30% --out /tmp/run_K.csv "
+           "[--save-instances DIR]   # K = 2..5, one run per host calibration\n"
+           "# rows of the four runs concatenated, with columns calibration_run (K) and "
+           "stall_rounds (the cut loop's rule: 8, 16 from run 5)",
+           "results/milp",
+           "Four more calibrations at 30 % with the defaults (each run its own instances)."),
     Result("milp_variants.csv", "Checkmate MILP variants",
-           "python -m experiments.milp_variants",
-           "design/decisions/0002-lazy-memory-chain",
+           "python -m experiments.milp_variants --instances 0:30% 2:50% --time-limit 60\n"
+           "python -m experiments.milp_variants --variants no_memory_chain "
+           "no_memory_chain_useful --instances 0:30% 1:30% 2:30% 3:30% 4:30% 0:50% 1:50% "
+           "2:50% 3:50% 4:50%",
+           "results/milp",
            "One change at a time on seed 0 at 30 % and seed 2 at 50 %, 60 s each."),
     Result("path_cuts_paired.csv", "Path cuts, paired solves",
            "not reproducible by a kept command: a probe script on pickled instances of "
@@ -188,13 +208,20 @@ RESULTS: tuple[Result, ...] = (
     Result("open_instances.csv", "The last open instance, before the witness search",
            "python -m experiments.open_instances --proof-time 15 --steps 8 --lp-time 90 "
            "--shave-orders 16 --force",
-           "design/decisions/0010-pebbling-witness-search"),
+           "results/published_graphs",
+           "The bounds the searches had reached on n = 250 at m = 0.6 before the pebbling "
+           "witness search decided it."),
     Result("refactor_check.csv", "Refactor check: published rows re-planned",
+           "git worktree add /tmp/ref 5ab16ef && cp experiments/refactor_check.py "
+           "/tmp/ref/experiments/\n"
+           "(cd /tmp/ref && PYTHONPATH=/tmp/ref python -m experiments.refactor_check "
+           "--out /tmp/ref.csv)\n"
            "python -m experiments.refactor_check --reference /tmp/ref.csv "
-           "--out experiments/results/refactor_check.csv",
-           "design/solvers",
-           "Every deterministic row of published_benchmark.csv re-planned before and after the "
-           "split of the Checkmate solver; `same` says whether the plan is identical."),
+           "--out experiments/results/refactor_check.csv   # at 9e95684: fb16233's library code",
+           "results/published_graphs",
+           "Every deterministic row of published_benchmark.csv re-planned with the code before "
+           "(5ab16ef) and after (fb16233) the layering refactor; `same` says whether objective "
+           "and peak are unchanged."),
     Result("compare_zoo_50.txt", "`remat compare` on the zoo at 50 %",
            "for m in mlp resnet18; do remat compare $m --budget 50%; done\n"
            "for m in gpt2_small mobilenet_v2 resnet50 squeezenet unet vgg16 bert_small; do "
@@ -312,8 +339,214 @@ def _body(path: str, rel: str) -> list[str]:
     return ["```text", text.rstrip("\n"), "```"]
 
 
+# --------------------------------------------------------------------------------------------
+# Views: the tables that results pages include
+
+
+@dataclass(frozen=True)
+class View:
+    """A table that a results page includes, generated from committed files at each build.
+
+    ``docs/results/data/views/<name>.md`` says, for each file it reads, the file's path, a link
+    to its data page and the command that made it (the file's :data:`RESULTS` entry), then the
+    table. A page includes it with ``{include}`` (``docs/results/compiled_memory.md``).
+
+    Attributes:
+      name: the view's file name, without ``.md``.
+      files: the result files it reads (each has a :data:`RESULTS` entry).
+      table: ``table(results_dir) -> lines``: a sentence (optional) and the table, Markdown.
+    """
+
+    name: str
+    files: tuple[str, ...]
+    table: Callable[[str], list[str]]
+
+
+#: Where views are written, under the data pages' folder (git-ignored; ``docs/conf.py``
+#: excludes it from the documents, since the views are only included).
+VIEWS_DIR = "views"
+
+
+def _rows(results_dir: str, file: str) -> list[dict]:
+    with open(os.path.join(results_dir, file), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _mib(value) -> str:
+    """Bytes as MiB with two decimals (empty stays empty)."""
+    return "" if value in ("", None) else f"{float(value) / 2**20:.2f}"
+
+
+def _gib(value) -> str:
+    """Bytes as GiB with two decimals (empty stays empty)."""
+    return "" if value in ("", None) else f"{float(value) / 2**30:.2f}"
+
+
+def _short(value) -> str:
+    """An error cell's type only (``InfeasibleBudgetError: ...`` -> ``InfeasibleBudgetError``)."""
+    return str(value).split(":")[0]
+
+
+def _columns(rows: list[dict], columns) -> list[str]:
+    """A table of ``rows`` with ``columns``: ``(header, key)`` or ``(header, key, format)``."""
+    header = [c[0] for c in columns]
+    body = [[(c[2] if len(c) > 2 else str)(r.get(c[1], "")) for c in columns] for r in rows]
+    return _table(header, body)
+
+
+def csv_view(name: str, file: str, columns, where: Callable[[dict], bool] | None = None,
+             note: Callable[[list[dict]], str] | None = None) -> View:
+    """A view of some columns (and, with ``where``, some rows) of one CSV."""
+
+    def table(results_dir: str) -> list[str]:
+        rows = _rows(results_dir, file)
+        out = [note(rows), ""] if note else []
+        return out + _columns([r for r in rows if where is None or where(r)], columns)
+
+    return View(name, (file,), table)
+
+
+def _status_counts(rows: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return (f"{len(rows)} rows: "
+            + ", ".join(f"{n} `{s}`" for s, n in sorted(counts.items(), key=lambda x: -x[1]))
+            + ".")
+
+
+def _memory_models(results_dir: str) -> list[str]:
+    """``memory_model_jax*.csv`` side by side: one row per (model, policy, budget)."""
+    files = [("0.12.0.1", "memory_model_jax0.12.0.1.csv"), ("0.8.0", "memory_model_jax0.8.0.csv")]
+    by_version = {v: {(r["model"], r["policy"], r["budget"]): r for r in _rows(results_dir, f)}
+                  for v, f in files}
+    keys = list(by_version["0.12.0.1"])
+    keys += [k for k in by_version["0.8.0"] if k not in keys]
+    header = ["model", "policy", "budget"]
+    for v, _ in files:
+        header += [f"compiled MiB ({v})", f"predicted / compiled ({v})",
+                   f"modelled peak / compiled ({v})"]
+    body = []
+    for key in keys:
+        row = list(key)
+        for v, _ in files:
+            r = by_version[v].get(key)
+            if r is None:
+                row += ["", "", ""]
+            elif r["status"] != "ok":
+                row += [_short(r["status"]), "", ""]
+            else:
+                row += [_mib(r["compiled_temp_bytes"]), r["ratio_new"], r["ratio_old"]]
+        body.append(row)
+    ratios = {v: [float(r["ratio_new"]) for r in by_version[v].values() if r["ratio_new"]]
+              for v, _ in files}
+    summary = "; ".join(f"jax {v}: {min(x):.2f}–{max(x):.2f}" for v, x in ratios.items())
+    return ([f"Predicted over compiled temp, over every plan that compiled: {summary}.", ""]
+            + _table(header, body))
+
+
+def _calibration(results_dir: str) -> list[str]:
+    """``calibrate_cpu.json``: one column per run (JAX version), one row per measured figure."""
+    with open(os.path.join(results_dir, "calibrate_cpu.json")) as f:
+        runs = json.load(f)["runs"]
+    fields = [
+        ("Python", lambda r: r["machine"]["python"]),
+        ("load average (1 min)", lambda r: r["machine"]["loadavg_1min"]),
+        ("first calibrate() call, s", lambda r: f"{r['calibrate_first_call_s']:.2f}"),
+        ("matmul GFLOP/s", lambda r: f"{r['profile']['matmul_flops_per_s'] / 1e9:.1f}"),
+        ("conv GFLOP/s", lambda r: f"{r['profile']['conv_flops_per_s'] / 1e9:.1f}"),
+        ("memory bandwidth, GB/s", lambda r: f"{r['profile']['memory_bandwidth'] / 1e9:.1f}"),
+        ("launch per kernel, µs", lambda r: f"{r['profile']['launch_s'] * 1e6:.2f}"),
+        ("dispatch per call, µs", lambda r: f"{r['calibration']['dispatch_s'] * 1e6:.1f}"),
+        ("MLP step, modelled s", lambda r: f"{r['plan']['modelled_step_s']:.4f}"),
+        ("MLP step, measured jax.jit s", lambda r: f"{r['plan']['measured_jit_step_s']:.4f}"),
+        ("Checkmate at 60 %: status", lambda r: r["plan"]["status"]),
+        ("Checkmate at 60 %: overhead", lambda r: f"{r['plan']['overhead']:.3f}"),
+    ]
+    names = sorted(runs, reverse=True)
+    return _table(["", *names], [[label, *(get(runs[n]) for n in names)] for label, get in fields])
+
+
+#: Every view, by name.
+VIEWS: tuple[View, ...] = (
+    # results/compiled_memory
+    csv_view("compiled_budget", "compiled_budget_jax0.12.0.1.csv", [
+        ("model", "model"), ("policy", "policy"), ("budget %", "pct"),
+        ("status", "status", _short), ("no-remat temp MiB", "baseline_temp_bytes", _mib),
+        ("budget MiB", "budget_bytes", _mib), ("compiled MiB", "compiled_temp_bytes", _mib),
+        ("compiled / budget", "x_budget"), ("rounds", "rounds"), ("compiles", "compiles"),
+        ("predicted / compiled", "predicted_x_compiled")], note=_status_counts),
+    View("memory_model", ("memory_model_jax0.12.0.1.csv", "memory_model_jax0.8.0.csv"),
+         _memory_models),
+    View("calibration", ("calibrate_cpu.json",), _calibration),
+    csv_view("gpu_before_loop", "gpu_benchmark_h200_before_loop.csv", [
+        ("model", "model"), ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
+        ("status", "status"), ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"),
+        ("compiled / budget", "compiled_vs_budget"), ("step ms", "step_ms"),
+        ("step overhead", "step_overhead"), ("grad rel. err", "grad_rel_err"),
+        ("error", "error", _short)],
+        where=lambda r: r["status"] != "skipped", note=lambda rows: _status_counts(rows)
+        + " Rows `skipped` (the deadline, or no per-block hook) are left out here."),
+    # results/milp
+    csv_view("milp_unseen", "milp_unseen.csv", [
+        ("seed", "seed"), ("budget", "budget"), ("solver", "solver"), ("wall s", "wall_s"),
+        ("status", "status"), ("overhead", "overhead"), ("gap", "gap")], note=_status_counts),
+    csv_view("milp_unseen_600s", "milp_unseen_600s.csv", [
+        ("seed", "seed"), ("budget", "budget"), ("wall s", "wall_s"), ("status", "status"),
+        ("overhead", "overhead"), ("gap", "gap")]),
+    csv_view("milp_unseen_portfolio", "milp_unseen_portfolio.csv", [
+        ("seed", "seed"), ("budget", "budget"), ("solver", "solver"), ("wall s", "wall_s"),
+        ("status", "status"), ("overhead", "overhead"), ("gap", "gap")], note=_status_counts),
+    csv_view("milp_unseen_portfolio_repeats", "milp_unseen_portfolio_repeats.csv", [
+        ("calibration", "calibration_run"), ("seed", "seed"), ("budget", "budget"),
+        ("stall rounds", "stall_rounds"), ("wall s", "wall_s"), ("status", "status"),
+        ("overhead", "overhead"), ("gap", "gap")], note=_status_counts),
+    csv_view("milp_variants", "milp_variants.csv", [
+        ("seed", "seed"), ("budget", "budget"), ("variant", "variant"), ("kind", "kind"),
+        ("wall s", "wall_s"), ("status", "status"), ("overhead", "overhead"),
+        ("bound", "lower_bound_overhead"), ("gap", "gap"), ("fits", "fits")]),
+    # results/published_graphs
+    csv_view("open_instances", "open_instances.csv", [
+        ("graph", "graph"), ("m", "m"), ("budget B", "budget_bytes"),
+        ("single-step need B", "min_step_bytes"), ("proven floor B", "memory_floor_bytes"),
+        ("best plan's peak B", "best_peak_bytes"), ("found by", "best_peak_source"),
+        ("program-order LP", "lp_status"), ("LP bound (overhead)", "lp_bound_overhead")]),
+    csv_view("refactor_check", "refactor_check.csv", [
+        ("graph", "graph"), ("m", "m"), ("method", "method"), ("policy", "policy"),
+        ("objective before", "objective_before"), ("objective after", "objective_after"),
+        ("peak before", "peak_before"), ("peak after", "peak_after"),
+        ("status after", "status_after")],
+        where=lambda r: r["same"] != "True",
+        note=lambda rows: f"{len(rows)} rows, {sum(r['same'] == 'True' for r in rows)} "
+        "unchanged; the others:"),
+)
+
+
+def write_views(results_dir: str, out_dir: str) -> list[str]:
+    """Write every :data:`VIEWS` entry into ``out_dir`` (``docs/results/data/views``).
+
+    Returns:
+      The written view names.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    by_file = {r.file: r for r in RESULTS}
+    names = []
+    for view in VIEWS:
+        lines: list[str] = []
+        for file in view.files:
+            r = by_file[file]
+            stem = file.replace(".", "_")
+            lines += [f"`experiments/results/{file}` ({{doc}}`/results/data/{stem}`), made by:",
+                      "", "```bash", r.command, "```", ""]
+        lines += view.table(results_dir)
+        _write(os.path.join(out_dir, view.name + ".md"), "\n".join(lines) + "\n")
+        names.append(view.name)
+    return names
+
+
 def write_pages(results_dir: str, out_dir: str) -> list[str]:
-    """Write one page per :data:`RESULTS` entry and an index into ``out_dir``.
+    """Write one page per :data:`RESULTS` entry and an index into ``out_dir``, and the
+    :data:`VIEWS` into its ``views`` folder.
 
     Args:
       results_dir: ``experiments/results``.
@@ -344,6 +577,7 @@ def write_pages(results_dir: str, out_dir: str) -> list[str]:
              "(`docs/results_pages.py`).", "",
              "```{toctree}", ":maxdepth: 1", ""] + pages + ["```", ""]
     _write(os.path.join(out_dir, "index.md"), "\n".join(index))
+    write_views(results_dir, os.path.join(out_dir, VIEWS_DIR))
     return ["index", *pages]
 
 

@@ -13,6 +13,13 @@ batch 256) extracted with
 ``device=calibrate()`` and planned by Checkmate at 60%: the graph's device, its modelled step
 time (sum of node times) next to the measured time of ``jax.jit(jax.value_and_grad(loss))``
 on the same backend, and the plan's modelled time and overhead.
+
+Command that made ``experiments/results/calibrate_cpu.json`` (its default ``--out``), run once
+in each JAX environment (jax 0.12.0.1 and jax 0.8.0), each run adding its entry::
+
+    python experiments/calibrate_report.py --out experiments/results/calibrate_cpu.json
+
+Shown on ``docs/results/compiled_memory.md``.
 """
 
 from __future__ import annotations

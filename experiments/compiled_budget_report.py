@@ -10,7 +10,13 @@ the budget, the closed loop's rounds and compiles, the plan's modelled peak, and
 :func:`remat.xla_memory.predict_temp_bytes` of the returned plan against the compiled temp.
 XLA:CPU with the ``cse_barrier_expander`` pass disabled (set below before JAX starts).
 
-    python experiments/compiled_budget_report.py --out experiments/results/compiled_budget_jax<V>.csv
+Command that made ``experiments/results/compiled_budget_jax0.12.0.1.csv`` (jax 0.12.0.1; a run
+at another JAX version writes ``compiled_budget_jax<version>.csv``)::
+
+    python experiments/compiled_budget_report.py \\
+        --out experiments/results/compiled_budget_jax0.12.0.1.csv
+
+Shown on ``docs/results/compiled_memory.md``.
 """
 
 from __future__ import annotations

@@ -17,14 +17,14 @@ rows.)  Writes ``experiments/results/cpsat_benchmark.csv``.  ``--solvers highs h
 compares HiGHS with the memory chain added lazily (the default) and whole
 (``lazy_memory=False``)::
 
-    python -m experiments.cpsat_benchmark --solvers highs highs-full \
+    python -m experiments.cpsat_benchmark --solvers highs highs-full \\
         --out experiments/results/lazy_memory_zoo.csv
 
 ``race`` races the lazy HiGHS loop against CP-SAT on the whole model
 (:mod:`solvers.checkmate.lazy_race`); ``race-full`` is the race on one model with the whole
 chain (:mod:`solvers.milp.backends.race`, what ``race`` was before)::
 
-    python -m experiments.cpsat_benchmark --solvers race race-full \
+    python -m experiments.cpsat_benchmark --solvers race race-full \\
         --out experiments/results/lazy_race_zoo.csv
 """
 

@@ -15,7 +15,7 @@ plans and writes ``experiments/results/executor_vs_simulator.json``: simulated p
 (``remat.simulate``), the executor's bookkeeping and measured (``jax.live_arrays``) peaks, the
 largest gradient error against ``jax.value_and_grad`` and the wall time.  Made with::
 
-    XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \
+    XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
         python experiments/extract_benchmark.py --executor
 
 The acceptance bar: ``resnet50`` at batch 32 extracts in under 30 s on the project's 2-core machine.

@@ -18,6 +18,12 @@
 # Time guard: the benchmark gets a deadline of DEADLINE_S (330 s; it stops launching models
 # and configurations when it is near and writes rows saying what it skipped) and is killed
 # by `timeout` when the whole script reaches TOTAL_S (360 s).
+#
+# Committed results: experiments/results/gpu_benchmark_h200_before_loop.csv is this script's
+# first version (commit ff517fe, before the compiled-budget loop) run on one H200, its
+# $OUT/gpu_benchmark.csv copied under that name (the commands are in the docstring of
+# experiments/gpu_benchmark.py; shown on docs/results/compiled_memory.md). The offload check
+# has not run on a GPU yet.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-experiments/results}

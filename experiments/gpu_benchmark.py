@@ -100,6 +100,18 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
   ``model_flops``: the analytic count of :func:`experiments.bench_models.model_flops`.
 * ``status``: ``ok``, ``error``, ``skipped`` or ``killed``; ``error``: the exception's type and
   text; ``notes``: fidelity warnings and other remarks.
+
+Result files: a run of this version writes ``--out`` (``gpu_benchmark.csv``; none is committed
+yet).  The one committed GPU file, ``experiments/results/gpu_benchmark_h200_before_loop.csv``,
+was made by this command's first version (commit ff517fe), before the compiled-budget loop
+existed (its budgets are shares of the graph's modelled peak), on one H200::
+
+    git worktree add /tmp/gpu ff517fe
+    (cd /tmp/gpu && OUT=/tmp/gpu_out bash experiments/gpu_bench_run.sh)
+    cp /tmp/gpu_out/gpu_benchmark.csv experiments/results/gpu_benchmark_h200_before_loop.csv
+
+(``gpu_bench_run.sh`` runs ``python -m experiments.gpu_benchmark --size full --deadline-s 330
+--out $OUT/gpu_benchmark.csv``.)  Shown on ``docs/results/compiled_memory.md``.
 """
 
 from __future__ import annotations

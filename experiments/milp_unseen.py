@@ -13,9 +13,32 @@ gap, proven bound, which candidate was returned, and the warm start's own cost.
     python experiments/milp_unseen.py --save-instances DIR # keep the graphs (load_instance)
 
 Writes ``experiments/results/milp_unseen.csv`` (rows of a finished (seed, budget, warm) are kept
-and skipped on a rerun).  How long the 30 % proofs take (``milp_unseen_600s.csv``)::
+and skipped on a rerun).  The graphs' costs come from a per-process host calibration, so each
+run has its own instances.  Commands that made the committed files (shown on
+``docs/results/milp.md``):
 
-    python experiments/milp_unseen.py --budgets 30% --time-limit 600 --out experiments/results/milp_unseen_600s.csv
+``experiments/results/milp_unseen.csv``: HiGHS with and without path cuts on the same
+instances, and CP-SAT on seed 0::
+
+    python experiments/milp_unseen.py --path-cuts both
+    python experiments/milp_unseen.py --solver cpsat --seeds 0
+
+``experiments/results/milp_unseen_600s.csv``: how long the 30 % proofs take (made with the
+whole memory chain, before the lazy chain was the default)::
+
+    python experiments/milp_unseen.py --budgets 30% --time-limit 600 \\
+        --out experiments/results/milp_unseen_600s.csv
+
+``experiments/results/milp_unseen_portfolio.csv``: two HiGHS seeds at once against one::
+
+    python experiments/milp_unseen.py --portfolio both \\
+        --out experiments/results/milp_unseen_portfolio.csv
+
+``experiments/results/milp_unseen_portfolio_repeats.csv``: four more calibrations at 30 % with
+the defaults, runs K = 2..5, their rows concatenated with the columns ``calibration_run`` (K)
+and ``stall_rounds`` (the cut loop's stall rule then: 8, and 16 from run 5)::
+
+    python experiments/milp_unseen.py --budgets 30% --out /tmp/run_K.csv [--save-instances DIR]
 """
 
 from __future__ import annotations

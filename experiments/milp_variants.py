@@ -25,7 +25,7 @@ Writes ``experiments/results/milp_variants.csv`` (finished rows are kept and ski
 rerun).  Commands that made it (2-core machine, nothing else running)::
 
     python -m experiments.milp_variants --instances 0:30% 2:50% --time-limit 60
-    python -m experiments.milp_variants --variants no_memory_chain no_memory_chain_useful \
+    python -m experiments.milp_variants --variants no_memory_chain no_memory_chain_useful \\
         --instances 0:30% 1:30% 2:30% 3:30% 4:30% 0:50% 1:50% 2:50% 3:50% 4:50%
 
 What it showed: no HiGHS option and neither the dominance rows nor forbidding forward-phase

@@ -27,6 +27,12 @@ to the step that ran.  One more row per model: the compiled-budget loop
 the whole report in ``--out``.  With ``--quick`` (CPU) ``XLA_FLAGS`` gets
 ``--xla_disable_hlo_passes=cse_barrier_expander`` before JAX starts, so XLA:CPU keeps the
 checkpoints.
+
+Not yet run on a GPU: no result file is committed (``docs/results/compiled_memory.md`` says
+so).  The command that makes it, on a GPU machine (``experiments/gpu_bench_run.sh`` runs the
+same with ``OFFLOAD=1``, into ``$OUT/offload.json``)::
+
+    python experiments/offload_gpu_check.py --out experiments/results/offload_gpu.json
 """
 
 from __future__ import annotations

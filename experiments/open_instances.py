@@ -23,7 +23,14 @@ bounds between which the answer lies, each with how it was obtained:
                                          [--shave-orders 16]
 
 Writes ``experiments/results/open_instances.csv``; a rerun skips instances already in it
-(``--force`` recomputes).
+(``--force`` recomputes).  Command that made the committed file (its one row, n = 250 at
+m = 0.6, was the last open instance before :mod:`solvers.pebbling_search` decided it; the
+benchmark has none open now, so a rerun finds nothing to do)::
+
+    python -m experiments.open_instances --proof-time 15 --steps 8 --lp-time 90 \\
+        --shave-orders 16 --force
+
+Shown on ``docs/results/published_graphs.md``.
 """
 
 from __future__ import annotations

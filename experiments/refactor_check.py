@@ -12,13 +12,20 @@ the committed values, or (``--reference``) with this script's own output from an
   differ among optima;
 * LP-rounding and time-limited rows depend on the solver's timing and are not compared.
 
-Commands that produced ``experiments/results/refactor_check.csv`` (reference: the code at the
-start of the refactor, commit 4ad1f4b, checked out in a worktree)::
+It is the "behaviour unchanged" check of a refactor: a row that differs is either explained
+by timing (a reference run that hit a time limit) or is a change of behaviour.  Commands that produced ``experiments/results/refactor_check.csv``, the check of the
+layering refactor (reference: the code at its start, commit 5ab16ef, checked out in a worktree
+with this script copied in; then the code after it, fb16233's library with this script as of
+9e95684)::
 
-    git worktree add /tmp/ref 4ad1f4b && cp experiments/refactor_check.py /tmp/ref/experiments/
+    git worktree add /tmp/ref 5ab16ef && cp experiments/refactor_check.py /tmp/ref/experiments/
     (cd /tmp/ref && PYTHONPATH=/tmp/ref python -m experiments.refactor_check --out /tmp/ref.csv)
-    python -m experiments.refactor_check --reference /tmp/ref.csv \
+    python -m experiments.refactor_check --reference /tmp/ref.csv \\
         --out experiments/results/refactor_check.csv
+
+(An earlier run, against commit 4ad1f4b before the contract/solver/event refactor, gave 48 of
+48 rows identical; its CSV was replaced by this one.)  Shown on
+``docs/results/published_graphs.md``.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ Made with (2-core CPU; ``lp_rounding`` rows ran while another benchmark shared t
 ``milp``/``milp_policy``/``chain_dp`` rows were re-run on a quiet machine, ``chain_dp`` with the
 policy's current fast mode)::
 
-    python -m experiments.solver_benchmark --stages 20 50 100 200 400 --fracs 0.3 0.5 \
-        --dp-stages 20 50 100 200 400 1000 --time-limit 60 --threads 2 \
+    python -m experiments.solver_benchmark --stages 20 50 100 200 400 --fracs 0.3 0.5 \\
+        --dp-stages 20 50 100 200 400 1000 --time-limit 60 --threads 2 \\
         --out experiments/results/solver_benchmark.csv
 
 The CSV is resumable: rows already present (same n, frac, method) are skipped.

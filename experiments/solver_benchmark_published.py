@@ -33,9 +33,9 @@ Rows are appended (and flushed) as each instance finishes; a re-run skips finish
 (graph, m, method) rows, so an interrupted sweep loses nothing.  Rows with status
 ``unavailable`` (policy not registered) or ``skipped`` (``--max-nodes``) are retried.
 
-Commands that made ``experiments/results/published_benchmark.csv`` and ``.md`` (2-core CPU shared
-with other jobs, load average 7-10, HiGHS 1.15; run in this order, each resuming the same CSV;
-the ``.md`` header repeats them and the CSV's ``command`` column says which made each row)::
+Commands that made ``experiments/results/published_benchmark.csv`` and its summary
+``published_benchmark.md`` (2-core CPU shared with other jobs, load average 7-10, HiGHS 1.15;
+run in this order, each resuming the same CSV; the ``.md`` header repeats them and the CSV's ``command`` column says which made each row)::
 
     P="python -m experiments.solver_benchmark_published --time-limit 60"
     $P --max-nodes 400              # interrupted after MobileNet (time), then:

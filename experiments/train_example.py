@@ -12,7 +12,8 @@ step)::
     XLA_FLAGS=--xla_disable_hlo_passes=cse_barrier_expander \\
         python experiments/train_example.py --steps 5 --batch-size 8 --policy sqrtn
 
-Exits non-zero when the curves differ by more than ``rtol`` (default 1e-4, relative).
+Exits non-zero when the curves differ by more than ``rtol`` (default 1e-4, relative).  It
+writes no result file: ``docs/results/apply.md`` quotes what it printed.
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ names resolve, and every results file has a page with its command.
   name written in code in the README or the docs exists; library docstrings cite only paths that
   exist in the repository.
 * ``docs/results_pages.py`` has an entry, with its command, for every file in
-  ``experiments/results/``.
+  ``experiments/results/``; every CSV/JSON there is named by a docs page or by that registry,
+  and the page each entry names says the file's name.
+* Every script of ``experiments/`` (not the CLI, the harness and other helpers) has a module
+  docstring with the command that runs it and the result file it makes, and names each
+  results file whose registered command runs it.
 
 The Sphinx build itself (``sphinx-build -W``) runs in ``.ci/run``, not here.
 """
@@ -36,6 +40,10 @@ TOP = ("remat", "policies", "solvers", "experiments", "tests", "examples", "note
        "constraints", ".ci")
 #: Packages whose dotted names written in the docs must import.
 PACKAGES = ("remat", "policies", "solvers", "experiments")
+RESULTS_DIR = os.path.join(ROOT, "experiments", "results")
+#: Modules of ``experiments/`` that are not scripts making a result (CLI, helpers, registries).
+NOT_SCRIPTS = ("__init__", "bench_models", "cli", "cli_args", "figures_index", "harness",
+               "plotstyle", "tables")
 #: Seconds a page's code may take (about a minute on 2 loaded cores).
 CODE_TIMEOUT_S = 900
 
@@ -265,15 +273,121 @@ def test_docstrings_cite_existing_files():
 
 
 def test_every_results_file_has_a_page_and_command():
+    results_pages = _results_pages()
+    assert results_pages.unregistered(RESULTS_DIR) == []
+    for r in results_pages.RESULTS:
+        assert r.command.strip(), f"{r.file}: no command"
+        assert os.path.exists(os.path.join(DOCS, r.page + ".md")), f"{r.file}: no page {r.page}"
+
+
+def _results_pages():
     sys.path.insert(0, DOCS)
     try:
         import results_pages
     finally:
         sys.path.remove(DOCS)
-    assert results_pages.unregistered(os.path.join(ROOT, "experiments", "results")) == []
-    for r in results_pages.RESULTS:
-        assert r.command.strip(), f"{r.file}: no command"
-        assert os.path.exists(os.path.join(DOCS, r.page + ".md")), f"{r.file}: no page {r.page}"
+    return results_pages
+
+
+def page_sources() -> dict[str, str]:
+    """The text of every hand-written docs page and of ``docs/results_pages.py`` (which
+    generates the data pages and the tables the results pages include), by path."""
+    paths = [p for p in doc_files() if p.startswith(DOCS + os.sep)]
+    paths.append(os.path.join(DOCS, "results_pages.py"))
+    return {p: _read(p) for p in paths}
+
+
+def names_result(text: str, file: str) -> bool:
+    """Whether ``text`` names the result file ``file``: its whole name (``melon_pool.csv``, not
+    inside ``old_melon_pool.csv``) or its data page (``data/melon_pool_csv``)."""
+    stem = file.replace(".", "_")
+    return bool(re.search(rf"(?<![\w.-]){re.escape(file)}(?![\w])", text)
+                or re.search(rf"data/{re.escape(stem)}(?!\w)", text))
+
+
+def unreferenced_results(files, sources: dict[str, str]) -> set[str]:
+    """The CSV/JSON result files among ``files`` that no text of ``sources`` names."""
+    text = "\n".join(sources.values())
+    return {f for f in files if f.endswith((".csv", ".json")) and not names_result(text, f)}
+
+
+def pages_missing_their_files(results) -> list[str]:
+    """Registry entries whose page (``Result.page``) names neither the file nor its data page."""
+    out = []
+    for r in results:
+        path = os.path.join(DOCS, r.page + ".md")
+        if not names_result(_read(path) if os.path.exists(path) else "", r.file):
+            out.append(f"{r.file}: docs/{r.page}.md does not name it")
+    return out
+
+
+def script_problems(scripts: dict[str, str], results) -> list[str]:
+    """What the module docstrings of ``scripts`` (name -> source) lack: a command that runs the
+    script (``python ... experiments/NAME.py`` or ``python -m experiments.NAME``), a result file
+    (a name in ``results``, or the words "no result file"), and every file of ``results`` whose
+    command runs the script."""
+    problems = []
+    docs = {}
+    for name, source in scripts.items():
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        docs[name] = doc
+        if not doc:
+            problems.append(f"experiments/{name}.py: no module docstring")
+            continue
+        if not re.search(rf"python\S* (?:\S+ )*(?:experiments/{name}\.py|-m experiments\.{name})\b",
+                         doc):
+            problems.append(f"experiments/{name}.py: its docstring has no command that runs it")
+        if "no result file" not in doc and not any(r.file in doc for r in results):
+            problems.append(f"experiments/{name}.py: its docstring names no result file")
+    for r in results:
+        for name in set(re.findall(r"experiments[./](\w+)(?:\.py)?\b", r.command)):
+            if name in docs and r.file not in docs[name]:
+                problems.append(f"experiments/{name}.py: its docstring does not name {r.file}, "
+                                f"which its command makes")
+    return problems
+
+
+def experiment_scripts() -> dict[str, str]:
+    d = os.path.join(ROOT, "experiments")
+    return {f[:-3]: _read(os.path.join(d, f)) for f in sorted(os.listdir(d))
+            if f.endswith(".py") and f[:-3] not in NOT_SCRIPTS}
+
+
+def test_every_results_file_is_named_by_the_docs():
+    sources = page_sources()
+    assert unreferenced_results(os.listdir(RESULTS_DIR), sources) == set(), (
+        "result files no docs page names (add a page, or an entry in docs/results_pages.py)")
+    assert pages_missing_their_files(_results_pages().RESULTS) == []
+
+
+def test_experiment_scripts_state_their_command_and_file():
+    problems = script_problems(experiment_scripts(), _results_pages().RESULTS)
+    assert not problems, "\n".join(problems)
+
+
+def test_result_checks_catch_planted_errors():
+    """The checks of result files and scripts see a file without a page and a script that does
+    not say what it makes."""
+    rp = _results_pages()
+    sources = page_sources()
+    files = ["fidelity.csv", "calibrate_cpu.json", "no_such_result.csv", "no_such.json", "x.log"]
+    assert unreferenced_results(files, sources) == {"no_such_result.csv", "no_such.json"}
+    assert unreferenced_results(files, {"page.md": "see data/no_such_result_csv"}) == {
+        "fidelity.csv", "calibrate_cpu.json", "no_such.json"}
+    assert unreferenced_results(["pool.csv"], {"page.md": "`melon_pool.csv`"}) == {"pool.csv"}
+    wrong_page = rp.Result("fidelity.csv", "t", "python experiments/fidelity_benchmark.py",
+                           "results/apply")
+    assert pages_missing_their_files([wrong_page]) == [
+        "fidelity.csv: docs/results/apply.md does not name it"]
+    assert pages_missing_their_files([rp.Result("fidelity.csv", "t", "c", "results/fidelity")]) == []
+    made = rp.Result("made.csv", "t", "python -m experiments.good --out made.csv", "p")
+    good = '"""Makes it.\n\n    python -m experiments.good --out experiments/results/made.csv\n"""\n'
+    assert script_problems({"good": good}, [made]) == []
+    assert script_problems({"good": '"""Makes something."""\n'}, [made]) == [
+        "experiments/good.py: its docstring has no command that runs it",
+        "experiments/good.py: its docstring names no result file",
+        "experiments/good.py: its docstring does not name made.csv, which its command makes"]
+    assert script_problems({"bad": "x = 1\n"}, []) == ["experiments/bad.py: no module docstring"]
 
 
 def test_checks_catch_planted_errors():
