@@ -40,6 +40,7 @@ POLICY_STYLES: dict[str, dict[str, Any]] = {
     "pebbling": {"color": "#98df8a", "marker": "8"},
     "peak_shave": {"color": "#c5b0d5", "marker": (6, 1, 0)},  # a filled six-point star
     "scan_layers": {"color": "#ff9896", "marker": "H"},
+    "hierarchical": {"color": "#000000", "marker": (5, 1, 0)},  # a five-point star
 }
 
 _FALLBACK_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")

@@ -20,6 +20,7 @@ from policies.checkmate import Checkmate, CheckmateMILP
 from policies.checkpoint_all import CheckpointAll
 from policies.combinators import BestOf, Fallback, Reordered, WarmStarted
 from policies.greedy_remat import GreedyRemat
+from policies.hierarchical import Hierarchical
 from policies.griewank import Griewank
 from policies.jax_policy import JaxPolicy
 from policies.melon import Melon
@@ -38,4 +39,5 @@ __all__ = [
     "checkpoint_all_plan", "ScanLayers", "BestOf", "Fallback", "Reordered", "WarmStarted",
     "CheckpointAll", "RecomputeAll", "JaxPolicy", "SqrtN", "Griewank", "ChainDP",
     "Checkmate", "CheckmateMILP", "Poet", "GreedyRemat", "Pebbling", "PeakShave", "Olla", "Melon", "NNTrainer", "Sage",
+    "Hierarchical",
 ]

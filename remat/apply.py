@@ -152,6 +152,8 @@ def apply_plan(
     pol = resolve_policy(policy, budget)
     if pol is None and plan is None:
         return Applied(None, None, frozenset(), (), fn, time.perf_counter() - t0)
+    if stages == "auto" and pol is not None:  # a policy may plan at its own granularity
+        stages = getattr(pol, "preferred_stages", None) or stages
     if graph is None:
         from remat.extraction import extract
 

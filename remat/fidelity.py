@@ -17,6 +17,7 @@ import numpy as np
 
 from remat._jax_compat import saved_residuals
 from remat.core.errors import InvalidPlanError, RematWarning, format_bytes
+from remat.core.scan_plan import aval_bytes
 from remat.scans import scan_nodes
 from remat.segments import Segment
 
@@ -68,15 +69,14 @@ def predicted_residual_bytes(graph, plan) -> int:
             p = prog.producer[v][0]
             if keep[p] and v not in seen:
                 seen.add(v)
-                total += int(np.prod(prog.avals[v].shape)) * np.dtype(prog.avals[v].dtype).itemsize
+                total += aval_bytes(prog.avals[v])
     return total
 
 
 def realised_residual_bytes(fn, args) -> int:
 
     res = saved_residuals(fn, *args)
-    return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
-                   for a, d in res if "argument" not in d))
+    return int(sum(aval_bytes(a) for a, d in res if "argument" not in d))
 
 
 # --------------------------------------------------------------------------- the applied object

@@ -1,0 +1,165 @@
+"""Hierarchical: op-level choices inside blocks, rotor's DP across them (Rockmate-style).
+
+The recommended policy for "make it fit, as fast as possible".  Three steps:
+
+1. cut the graph into blocks at the articulation points of its forward pass
+   (:func:`solvers.hierarchical.block_chain`): a transformer's residual stream, a ResNet's
+   block outputs; identical blocks are one distinct block;
+2. per distinct block, the Pareto options of which of its values the backward keeps and which it
+   recomputes, at the graph's granularity (an equation per node with ``stages="eqn"``, the
+   drop-in's default for this policy) (:func:`solvers.hierarchical.block_options`);
+3. rotor's DP over the chain (:func:`solvers.hierarchical.solve_blocks`): one option per block
+   and which block boundaries to checkpoint for recursive recomputation, least compute cost
+   within the memory.
+
+The DP's memory model is per block (kept bytes, transients); the plan is then replayed on the
+whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
+the returned plan's replayed peak fits the budget and uses it.  ``meta``: ``blocks``,
+``distinct_blocks``, ``options`` (per distinct block), ``option_status`` (``"optimal"`` when
+every block's options were solved exactly), ``dp_memory`` and ``rounds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from policies.base import BasePolicy, PolicyContext, register
+from policies.from_checkpoints import plan_from_steps
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
+from remat.core.graph import Graph
+from remat.core.plan import Plan
+from remat.core.schedule import replay
+from solvers.hierarchical import (
+    BlockChainCosts,
+    block_chain,
+    block_options,
+    block_steps,
+    fill_blocks,
+    schedule,
+)
+
+
+def chain_costs(graph: Graph, chain, options) -> BlockChainCosts:
+    """The DP's per-block arrays from the blocks and their options."""
+    n = chain.n
+    width = max(len(o.options) for o in options)
+    kept = np.zeros((n, width), dtype=np.int64)
+    cb = np.full((n, width), np.inf)
+    tb = np.zeros((n, width), dtype=np.int64)
+    for b, opts in enumerate(options):
+        for j, o in enumerate(opts.options):
+            kept[b, j], cb[b, j], tb[b, j] = o.kept, opts.bwd_cost + o.recompute, o.bwd_transient
+    return BlockChainCosts(
+        cf=np.array([o.fwd_cost for o in options]),
+        wa=np.array([int(graph.sizes[blk.out]) for blk in chain.blocks], dtype=np.int64),
+        tf=np.array([o.fwd_transient for o in options], dtype=np.int64),
+        nopt=np.array([len(o.options) for o in options], dtype=np.int64),
+        kept=kept, cb=cb, tb=tb)
+
+
+@register("hierarchical")
+@dataclasses.dataclass(frozen=True)
+class Hierarchical(BasePolicy):
+    """Blocks, op-level options per block, rotor's DP across blocks (see the module docstring).
+
+    Args:
+      budget: activation bytes or ``"60%"`` / ``"512MiB"`` (of the graph's no-remat peak).
+      levels: memory levels of the DP table (its resolution: ``budget / levels`` bytes).
+      caps: kept-bytes caps per block's option search (about that many options per block).
+      rounds: most DP solves while correcting its memory to the replayed peak.
+      option_time_limit: seconds per block option programme.
+    """
+
+    budget: int | str | None = None
+    levels: int = 256
+    caps: int = 12
+    rounds: int = 8
+    option_time_limit: float = 1.0
+
+    shortcut: ClassVar[bool] = True
+    #: the drop-in extracts at equation granularity for this policy (``stages="auto"``)
+    preferred_stages: ClassVar[str] = "eqn"
+
+    def __post_init__(self) -> None:
+        for name in ("levels", "caps", "rounds"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidOptionError(f"hierarchical: {name} must be a positive int, got {v!r}")
+        if not self.option_time_limit > 0:
+            raise InvalidOptionError("hierarchical: option_time_limit must be > 0, got "
+                                     f"{self.option_time_limit!r}")
+
+    def _prepare(self, graph: Graph):
+        chain = block_chain(graph)
+        pinned = frozenset(int(p) for p in chain.pinned)
+        solved: dict[int, object] = {}
+        for b in range(chain.n):
+            d = int(chain.distinct[b])
+            if d not in solved:
+                solved[d] = block_options(graph, chain.blocks[d], pinned, caps=self.caps,
+                                          time_limit=self.option_time_limit)
+        options = [solved[int(chain.distinct[b])] for b in range(chain.n)]
+        return chain, options, chain_costs(graph, chain, options)
+
+    def _plan_at(self, graph, chain, options, table, memory):
+        sched = schedule(table, memory)
+        plan = plan_from_steps(graph, block_steps(chain, options, sched.ops), policy=self.name)
+        return plan, replay(graph, plan).peak_bytes, sched
+
+    def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        chain, options, costs = self._prepare(graph)
+        budget = int(budget_bytes)
+        pinned_bytes = int(graph.sizes[chain.pinned].sum()) if len(chain.pinned) else 0
+        mem = max(budget - pinned_bytes, 1)
+        table = fill_blocks(costs, 2 * budget, levels=self.levels)
+        best, best_cost, best_mem = None, np.inf, None
+        lo = hi = None  # DP memories whose plans replay within / over the budget
+        dp_min = 0  # the DP has no schedule below this memory
+        rounds = []
+        for _ in range(self.rounds):
+            try:
+                plan, peak, _ = self._plan_at(graph, chain, options, table, mem)
+            except InfeasibleBudgetError as e:
+                rounds.append({"dp_memory": mem, "peak_bytes": None})
+                dp_min = int(e.min_feasible_bytes) if np.isfinite(e.min_feasible_bytes) else None
+                if dp_min is None or dp_min <= mem or (hi is not None and dp_min >= hi):
+                    break
+                mem = dp_min
+                continue
+            rounds.append({"dp_memory": mem, "peak_bytes": int(peak)})
+            if peak <= budget:
+                cost = float(plan.compute_counts() @ graph.costs)
+                if cost < best_cost:
+                    best, best_cost, best_mem = plan, cost, mem
+                lo = mem if lo is None else max(lo, mem)
+                if peak >= 0.98 * budget or not plan.compute_counts().max() > 1:
+                    break
+                nxt = mem + (budget - peak) if hi is None else (lo + hi) // 2
+            else:
+                hi = mem if hi is None else min(hi, mem)
+                nxt = mem - (peak - budget) if lo is None else (lo + hi) // 2
+                nxt = max(nxt, dp_min)
+            if nxt == mem or (lo is not None and hi is not None and hi - lo <= max(budget // 512, 1)):
+                break
+            mem = int(nxt)
+        if best is None:
+            raise InfeasibleBudgetError(budget, self.min_feasible_budget(graph),
+                                        "hierarchical: no DP schedule replays within the budget")
+        status = "optimal" if all(o.status == "optimal" for o in options) else "heuristic"
+        return best.with_meta(
+            status="heuristic", option_status=status, blocks=chain.n,
+            distinct_blocks=len(set(int(d) for d in chain.distinct)),
+            options=tuple(len(options[int(d)].options) for d in sorted(set(chain.distinct))),
+            dp_memory=int(best_mem), rounds=tuple(rounds), budget=budget)
+
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
+        """The replayed peak of the DP's schedule at its smallest memory."""
+        chain, options, costs = self._prepare(graph)
+        table = fill_blocks(costs, 0, levels=self.levels)
+        if not np.isfinite(table.min_memory):
+            return None
+        _, peak, _ = self._plan_at(graph, chain, options, table, int(table.min_memory))
+        return int(peak)

@@ -1,0 +1,260 @@
+"""Options of one block: which of its forward values the backward keeps, at op granularity.
+
+An option of block ``b`` (:mod:`solvers.hierarchical.blocks`) is a kept set ``K`` of its forward
+nodes (its output ``a_b`` always kept: the next block reads it).  The block's backward reads
+``D`` (``Block.reads``); every value of ``D`` not kept is recomputed in the backward from ``K``,
+the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Checkmate's
+``solve_r_opt`` for fixed checkpoints, restricted to the block).  Each option carries
+
+* ``kept``: bytes of ``K`` (``a_b`` included) held from the block's forward to its backward;
+* ``recompute``: the compute cost of the recomputed nodes (the graph's ``time_s``; FLOPs too);
+* ``bwd_transient``: the peak bytes of the block's backward beyond ``K``: recomputed values,
+  the incoming and outgoing cotangents and the backward's own values, each freed after its last
+  reader in the block;
+
+and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept.
+
+The Pareto set of (kept bytes, recompute cost) comes from a small integer programme per kept-bytes
+cap (HiGHS through ``scipy.optimize.milp``, sparse constraints)::
+
+    min  sum_u t_u r_u                      (r_u: u recomputed, k_u: u kept; u in the block)
+    s.t. k_u + r_u >= 1          u in D      (what the backward reads is there)
+         r_u <= k_p + r_p        (p, u) an edge inside the block
+         sum_u s_u k_u <= cap
+
+exact for each cap (``status "optimal"``); a block with more than ``max_exact`` nodes, or a
+solve that stops at its time limit, gives ``"heuristic"`` options (the incumbent, or the
+greedy: keep the values saving the most recompute per byte).  Numpy and scipy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from remat.core.graph import Graph
+from solvers.hierarchical.blocks import Block
+
+__all__ = ["BlockOption", "BlockOptions", "block_options"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BlockOption:
+    """One option (see the module docstring); ``kept_nodes`` / ``recomputed`` are positions in
+    ``Block.fwd``, so identical blocks share options."""
+
+    kept_nodes: tuple[int, ...]
+    recomputed: tuple[int, ...]
+    kept: int
+    recompute: float
+    recompute_flops: float
+    bwd_transient: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BlockOptions:
+    """The Pareto options of a distinct block, cheapest-to-store first, and how they were found
+    (``"optimal"``: every cap's programme solved to optimality; ``"heuristic"``: otherwise)."""
+
+    options: tuple[BlockOption, ...]
+    fwd_cost: float
+    fwd_flops: float
+    bwd_cost: float
+    bwd_flops: float
+    fwd_transient: int
+    status: str
+
+
+def _recompute_set(graph: Graph, block: Block, keep: set[int], avail_out: set[int]) -> list[int]:
+    """Nodes of the block to recompute so that ``block.reads`` are resident (topological)."""
+    fset = set(int(v) for v in block.fwd)
+    avail = keep | {v for v in avail_out}
+    todo = [int(u) for u in block.reads if int(u) not in avail]
+    out: set[int] = set()
+    preds = graph.preds
+    while todo:
+        v = todo.pop()
+        if v in out:
+            continue
+        out.add(v)
+        todo.extend(p for p in preds[v] if p in fset and p not in avail and p not in out)
+    return sorted(out)
+
+
+def _transient(graph: Graph, seq: list[int], start_live: dict[int, int], stay: set[int]) -> int:
+    """Peak bytes of running ``seq`` in order from ``start_live``: each value freed after its
+    last reader in ``seq``, except those in ``stay``."""
+    pos = {v: i for i, v in enumerate(seq)}
+    sizes = graph.sizes
+    succs = graph.succs
+    free_at: dict[int, list[int]] = {}
+    for v in list(seq) + list(start_live):
+        if v in stay:
+            continue
+        readers = [pos[s] for s in succs[v] if s in pos]
+        free_at.setdefault(max(readers) if readers else pos.get(v, 0), []).append(v)
+    live = sum(start_live.values())
+    peak = live
+    for i, v in enumerate(seq):
+        live += int(sizes[v])
+        peak = max(peak, live)
+        for u in free_at.get(i, ()):
+            live -= int(sizes[u]) if u in pos else start_live[u]
+    return int(peak)
+
+
+def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> BlockOption:
+    out = block.out
+    keep = set(keep) | {out}
+    avail_out = pinned | ({block.inp} if block.inp >= 0 else set())
+    rec = _recompute_set(graph, block, keep, avail_out)
+    local = {int(v): i for i, v in enumerate(block.fwd)}
+    costs, flops, sizes = graph.costs, graph.flops_array, graph.sizes
+    seq = rec + [int(v) for v in block.bwd]
+    incoming = {}
+    for v in block.bwd:
+        for p in graph.preds[int(v)]:
+            if graph.is_backward_array[p] and p not in incoming and p < block.bwd[0]:
+                incoming[p] = int(sizes[p])
+    in_seq = set(seq)
+    stay = {v for v in seq if any(s not in in_seq and s > v for s in graph.succs[v])}
+    kept_b = int(sizes[sorted(keep)].sum())
+    return BlockOption(
+        kept_nodes=tuple(sorted(local[v] for v in keep)),
+        recomputed=tuple(local[v] for v in rec),
+        kept=kept_b,
+        recompute=float(costs[rec].sum()) if rec else 0.0,
+        recompute_flops=float(flops[rec].sum()) if rec else 0.0,
+        bwd_transient=_transient(graph, seq, incoming, stay),
+    )
+
+
+def _pareto(opts: list[BlockOption]) -> list[BlockOption]:
+    """Options no other beats on both kept bytes and recompute cost (then backward transient)."""
+    opts = sorted(opts, key=lambda o: (o.kept, o.recompute, o.bwd_transient))
+    out: list[BlockOption] = []
+    for o in opts:
+        if any(p.kept <= o.kept and p.recompute <= o.recompute and
+               p.bwd_transient <= o.bwd_transient for p in out):
+            continue
+        out.append(o)
+    return out
+
+
+def _milp_keep(graph: Graph, block: Block, nodes: np.ndarray, cap: int, pinned: set[int],
+               time_limit: float) -> tuple[set[int], bool] | None:
+    """The kept set of least recompute cost within ``cap`` bytes (and whether proven)."""
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    k = len(nodes)
+    idx = {int(v): i for i, v in enumerate(nodes)}
+    sizes = graph.sizes[nodes].astype(np.float64)
+    cost = graph.costs[nodes].astype(np.float64)
+    # x = [k_0..k_{k-1}, r_0..r_{k-1}]
+    scale = max(float(cost.max(initial=0.0)), 1e-30)
+    c = np.concatenate([sizes / max(sizes.sum(), 1.0) * 1e-6, cost / scale])
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+    for u in block.reads:
+        i = idx.get(int(u))
+        if i is None:
+            continue
+        rows += [r, r]
+        cols += [i, k + i]
+        vals += [1.0, 1.0]
+        lo.append(1.0)
+        hi.append(np.inf)
+        r += 1
+    for v in nodes:
+        i = idx[int(v)]
+        for p in graph.preds[int(v)]:
+            j = idx.get(p)
+            if j is None:
+                continue
+            rows += [r, r, r]
+            cols += [k + i, j, k + j]
+            vals += [1.0, -1.0, -1.0]
+            lo.append(-np.inf)
+            hi.append(0.0)
+            r += 1
+    rows += [r] * k
+    cols += list(range(k))
+    vals += list(sizes)
+    lo.append(-np.inf)
+    hi.append(float(cap))
+    r += 1
+    A = sp.csr_matrix((vals, (rows, cols)), shape=(r, 2 * k))
+    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=np.ones(2 * k),
+               bounds=Bounds(0, 1), options={"time_limit": time_limit, "disp": False})
+    if res.x is None:
+        return None
+    x = np.round(res.x).astype(bool)
+    return {int(nodes[i]) for i in np.flatnonzero(x[:k])}, res.status == 0
+
+
+def _greedy_keeps(graph: Graph, block: Block, nodes: np.ndarray, pinned: set[int],
+                  steps: int) -> list[set[int]]:
+    """Kept sets growing by the read value that saves the most recompute per byte."""
+    cand = [int(u) for u in block.reads if int(u) != block.out]
+    keep: set[int] = set()
+    out = [set()]
+    avail_out = pinned | ({block.inp} if block.inp >= 0 else set())
+    costs = graph.costs
+    base = float(costs[_recompute_set(graph, block, keep | {block.out}, avail_out)].sum())
+    while cand and len(out) <= steps:
+        best, best_v = None, -1.0
+        for u in cand:
+            c = float(costs[_recompute_set(graph, block, keep | {u, block.out}, avail_out)].sum())
+            v = (base - c) / max(int(graph.sizes[u]), 1)
+            if v > best_v:
+                best, best_v = u, v
+        keep = keep | {best}
+        cand.remove(best)
+        base = float(costs[_recompute_set(graph, block, keep | {block.out}, avail_out)].sum())
+        out.append(set(keep))
+    out.append(set(cand) | keep)
+    return out
+
+
+def block_options(graph: Graph, block: Block, pinned: set[int] | frozenset[int] = frozenset(), *,
+                  caps: int = 12, max_exact: int = 600, time_limit: float = 1.0) -> BlockOptions:
+    """The Pareto options of ``block`` (see the module docstring).
+
+    Args:
+      caps: kept-bytes caps swept between nothing and everything the backward reads.
+      max_exact: blocks with more forward nodes use the greedy (status ``"heuristic"``).
+      time_limit: seconds per integer programme.
+    """
+    pinned = set(int(p) for p in pinned)
+    nodes = np.asarray([v for v in block.fwd if int(v) != block.out], dtype=np.int64)
+    reads = [int(u) for u in block.reads if int(u) != block.out]
+    full = set(reads)
+    keeps: list[set[int]] = [set(), full]
+    status = "optimal"
+    if reads and len(nodes) <= max_exact:
+        total = int(graph.sizes[reads].sum())
+        for cap in np.unique(np.linspace(0, total, caps + 1).astype(np.int64))[1:-1]:
+            got = _milp_keep(graph, block, nodes, int(cap), pinned, time_limit)
+            if got is None:
+                status = "heuristic"
+                continue
+            keeps.append(got[0])
+            if not got[1]:
+                status = "heuristic"
+    elif reads:
+        keeps += _greedy_keeps(graph, block, nodes, pinned, caps)
+        status = "heuristic"
+    opts = _pareto([_option(graph, block, k, pinned) for k in keeps])
+    f = block.fwd
+    fwd_seq = [int(v) for v in f]
+    return BlockOptions(
+        options=tuple(opts),
+        fwd_cost=float(graph.costs[f].sum()),
+        fwd_flops=float(graph.flops_array[f].sum()),
+        bwd_cost=float(graph.costs[block.bwd].sum()) if len(block.bwd) else 0.0,
+        bwd_flops=float(graph.flops_array[block.bwd].sum()) if len(block.bwd) else 0.0,
+        fwd_transient=_transient(graph, fwd_seq, {}, {block.out}),
+        status=status,
+    )

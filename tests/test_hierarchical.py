@@ -1,0 +1,196 @@
+"""The hierarchical policy (issue 35): blocks at the forward graph's articulation points, exact
+op-level options per block, rotor's DP across blocks.
+
+Independent references: the cuts of hand-built graphs, each option programme against brute
+force over every kept set, the policy's cost against the Checkmate MILP's proven optimum on the
+same graph (a lower bound: hierarchical searches a subset of Checkmate's schedules), and the
+drop-in's gradients against ``jax.value_and_grad``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.limits import SAFETY_S
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import policies
+import remat
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
+from remat.core.schedule import replay
+from solvers.hierarchical import block_chain, block_options
+
+
+def _with_backward(fwd_edges, n_fwd, sizes, costs):
+    """A training graph: forward nodes ``0..n_fwd-1`` with ``fwd_edges``, a loss-side backward
+    node per forward node in reverse (``g_i`` reads ``g_{i+1}``, ``i`` and the forward nodes
+    that read ``i``)."""
+    edges = set(fwd_edges)
+    succ = {i: [d for s, d in fwd_edges if s == i] for i in range(n_fwd)}
+    for k in range(n_fwd):
+        i = n_fwd - 1 - k  # backward node n_fwd + k differentiates forward node i
+        g = n_fwd + k
+        if k:
+            edges.add((g - 1, g))
+        edges.add((i, g))
+        for d in succ[i]:
+            edges.add((d, g))
+    names = [f"f{i}" for i in range(n_fwd)] + [f"g{n_fwd - 1 - k}" for k in range(n_fwd)]
+    return remat.make_graph(names, sorted(edges), out_bytes=list(sizes) + list(sizes[::-1]),
+                            time_s=list(costs) + list(costs[::-1]),
+                            flops=[1e3 * c for c in list(costs) + list(costs[::-1])],
+                            is_backward=[False] * n_fwd + [True] * n_fwd)
+
+
+def _residual(blocks: int, inner: int = 3):
+    """A ResNet-like chain: each block ``x -> c_1 .. c_inner -> add(x, c_inner)``."""
+    edges, nodes = [], 0
+    prev = None
+    for _ in range(blocks):
+        first = nodes
+        for j in range(inner):
+            src = prev if j == 0 else first + j - 1
+            if src is not None:
+                edges.append((src, first + j))
+        add = first + inner
+        edges.append((first + inner - 1, add))
+        if prev is not None:
+            edges.append((prev, add))
+        prev, nodes = add, add + 1
+    sizes = [4 + (i % (inner + 1)) for i in range(nodes)]  # the same in every block
+    return _with_backward(edges, nodes, sizes, [1.0 + (i % 2) for i in range(nodes)]), nodes
+
+
+def test_cuts_of_a_residual_chain_are_its_block_outputs():
+    g, n = _residual(4)
+    chain = block_chain(g)
+    # the first block has no skip (the batch is a free input): a chain 0 -> 1 -> 2 -> 3, cut
+    # after every node; then one cut per residual block
+    assert [b.out for b in chain.blocks] == [0, 1, 2, 3, 7, 11, 15]
+    # the residual blocks are one distinct block, but for the last: its backward starts the
+    # backward pass (no incoming cotangent)
+    assert chain.distinct.tolist() == [0, 1, 2, 3, 4, 4, 6]
+    # every backward node belongs to exactly one block, in topological order
+    bw = np.concatenate([b.bwd for b in chain.blocks[::-1]])
+    assert sorted(bw.tolist()) == list(range(n, 2 * n))
+    assert all(np.all(np.diff(b.bwd) > 0) for b in chain.blocks)
+
+
+def test_a_long_skip_makes_one_block():
+    # 0 -> 1 -> 2 -> 3 -> 4 and 0 -> 4 (a U-Net-style skip around everything)
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)]
+    g = _with_backward(edges, 5, [4] * 5, [1.0] * 5)
+    chain = block_chain(g)
+    assert [b.out for b in chain.blocks] == [0, 4]
+
+
+def _brute_force_best(g, blk, cap):
+    """Least recompute cost over every kept set within ``cap`` bytes (independent walk)."""
+    interior = [int(v) for v in blk.fwd if int(v) != blk.out]
+    avail0 = {blk.out} | ({blk.inp} if blk.inp >= 0 else set())
+    best = np.inf
+    for r in range(len(interior) + 1):
+        for keep in itertools.combinations(interior, r):
+            if sum(int(g.sizes[v]) for v in keep) > cap:
+                continue
+            avail = avail0 | set(keep)
+            rec, todo = set(), [int(u) for u in blk.reads if int(u) not in avail]
+            while todo:
+                v = todo.pop()
+                if v not in rec:
+                    rec.add(v)
+                    todo += [p for p in g.preds[v] if p in set(interior) and p not in avail]
+            best = min(best, sum(float(g.costs[v]) for v in rec))
+    return best
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 5), st.lists(st.integers(1, 9), min_size=12, max_size=12),
+       st.lists(st.integers(1, 5), min_size=12, max_size=12), st.randoms(use_true_random=False))
+def test_each_option_is_the_brute_force_optimum_at_its_kept_bytes(inner, sizes, costs, rnd):
+    # one block of `inner` nodes with random extra edges inside
+    edges = [(i, i + 1) for i in range(inner + 1)]
+    for _ in range(inner):
+        a = rnd.randrange(0, inner)
+        b = rnd.randrange(a + 1, inner + 1)
+        if (a, b) not in edges:
+            edges.append((a, b))
+    n = inner + 2
+    g = _with_backward(sorted(edges), n, sizes[:n], [float(c) for c in costs[:n]])
+    chain = block_chain(g)
+    for blk in chain.blocks:
+        opts = block_options(g, blk, set(chain.pinned.tolist()), caps=6)
+        assert opts.status == "optimal"
+        for o in opts.options:
+            interior_kept = o.kept - int(g.sizes[blk.out])
+            assert o.recompute == pytest.approx(_brute_force_best(g, blk, interior_kept))
+
+
+def _plain_mlp_graph(depth=6, width=32, batch=64):
+    def loss(ws, x):
+        h = x
+        for w in ws:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h ** 2)
+
+    ws = [jnp.ones((width, width)) * 0.01 for _ in range(depth)]
+    x = jnp.ones((batch, width))
+    return remat.extract(loss, ws, x, stages="eqn")
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.65, 0.8])
+def test_plan_fits_replay_and_is_no_cheaper_than_the_milp_optimum(frac):
+    g = _plain_mlp_graph()
+    b = int(frac * g.no_remat_peak())
+    p = policies.get("hierarchical", budget=b).plan(g)
+    assert replay(g, p).peak_bytes <= b == p.meta["budget"]
+    cost = float(p.compute_counts() @ g.costs)
+    cm = policies.get("checkmate", budget=b, time_limit=SAFETY_S).plan(g)
+    assert cm.meta["status"] == "optimal"
+    assert cost >= cm.meta["objective"] * (1 - 1e-6)  # the MILP optimises over a superset
+    assert cost <= 1.6 * cm.meta["objective"]  # and the block DP stays close to it
+
+
+def test_no_remat_budget_is_checkpoint_all_and_too_small_names_the_minimum():
+    g = _plain_mlp_graph()
+    p = policies.get("hierarchical", budget=g.no_remat_peak()).plan(g)
+    assert p.compute_counts().max() == 1
+    with pytest.raises(InfeasibleBudgetError) as e:
+        policies.get("hierarchical", budget=64).plan(g)
+    mf = e.value.min_feasible_bytes
+    assert 64 < mf < g.no_remat_peak()
+    q = policies.get("hierarchical", budget=int(mf)).plan(g)  # the named minimum plans
+    assert replay(g, q).peak_bytes <= mf
+
+
+def test_bad_options_are_typed():
+    for opt in (dict(levels=0), dict(caps=-1), dict(rounds=True), dict(option_time_limit=0)):
+        with pytest.raises(InvalidOptionError):
+            policies.get("hierarchical", **opt)
+
+
+def test_dropin_plans_at_equation_granularity_with_the_unmodified_gradients():
+    def loss(params, x):
+        h = x
+        for w, b in params:
+            h = jax.nn.gelu(h @ w + b) + h  # residual blocks
+        return jnp.mean(h ** 2)
+
+    k = jax.random.PRNGKey(0)
+    params = [(jax.random.normal(jax.random.fold_in(k, i), (32, 32)) * 0.2, jnp.zeros(32))
+              for i in range(6)]
+    x = jax.random.normal(k, (64, 32))
+    vg = remat.value_and_grad(loss, "hierarchical", budget=remat.modelled("50%"))
+    app = vg.applied(params, x)
+    assert app.graph.meta.get("stages", "eqn") == "eqn" or app.graph.n > 100
+    assert app.plan.meta["blocks"] >= 6 and app.plan.compute_counts().max() > 1
+    v, g = jax.jit(vg)(params, x)
+    v0, g0 = jax.jit(jax.value_and_grad(loss))(params, x)
+    np.testing.assert_allclose(v, v0, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
