@@ -179,6 +179,12 @@ RESULTS: tuple[Result, ...] = (
            "python -m experiments.figures.budget_sweep",
            "results/budget_sweep",
            "One row per (model, policy, budget fraction): peak, overhead, status."),
+    Result("hierarchical_vs_checkmate.csv", "Hierarchical against Checkmate on six models",
+           "python -m experiments.hierarchical_vs_checkmate",
+           "results/hierarchical",
+           "One row per (model, budget fraction, policy): hierarchical at equation granularity, "
+           "the Checkmate MILP on the stage graph and on the equation graph (<= 400 nodes); "
+           f"modelled (replayed) bytes, jaxpr FLOPs of executed nodes ({_CPU})."),
     # published graphs
     Result("published_benchmark.csv", "Published Checkmate / Moccasin graphs (rows)",
            "python -m experiments.solver_benchmark_published   "
