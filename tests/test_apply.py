@@ -14,8 +14,8 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mlp_models import mlp_setup as shared_mlp_setup
-from mlp_models import relu_mlp_loss
+from helpers.mlp_models import mlp_setup as shared_mlp_setup
+from helpers.mlp_models import relu_mlp_loss
 
 import policies
 import remat

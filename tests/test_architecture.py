@@ -183,7 +183,7 @@ def test_long_modules_say_why():
 def test_jax_internals_only_in_the_compat_module():
     allowed = {ROOT / "remat" / "_jax_compat.py", ROOT / "tests" / "test_jax_compat.py",
                pathlib.Path(__file__).resolve()}
-    paths = [*modules().values(), *sorted((ROOT / "tests").glob("*.py"))]
+    paths = [*modules().values(), *sorted((ROOT / "tests").rglob("*.py"))]
     private = "jax." + "_src"
     bad = sorted(str(p.relative_to(ROOT)) for p in paths if p not in allowed
                  and (private in p.read_text() or "from jax import _src" in p.read_text()))

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
+from helpers.bench_graphs import FILES, needs_bench
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -15,8 +15,8 @@ import math
 import jax
 import numpy as np
 import pytest
-from limits import SAFETY_S, pinned_host_profile
-from mlp_models import mlp_setup, relu_mlp_loss
+from helpers.limits import SAFETY_S, pinned_host_profile
+from helpers.mlp_models import mlp_setup, relu_mlp_loss
 
 import policies
 import remat

@@ -11,8 +11,8 @@ import heapq
 
 import numpy as np
 import pytest
-from bench_graphs import BENCH, needs_bench
-from limits import SAFETY_S, pinned_host_profile
+from helpers.bench_graphs import BENCH, needs_bench
+from helpers.limits import SAFETY_S, pinned_host_profile
 
 import remat
 from policies.chain_dp import ChainDP, chain_problem
@@ -541,7 +541,7 @@ def test_inflated_plan_on_plain_jax_gives_value_and_grads_and_its_residuals_or_s
     says by how much they are below) or a RematFidelityWarning gives both numbers."""
     import jax
     import jax.numpy as jnp
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from helpers.dropin import assert_residuals_within_plan_or_warned, run_against_jax
 
     rng = np.random.default_rng(5)
     dims = [16] + [int(w) for w in rng.integers(8, 64, 8)]

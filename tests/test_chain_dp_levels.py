@@ -149,7 +149,7 @@ def test_default_portfolio_on_extracted_models(frontend, layers):
     """Graphs extracted from Flax linen (random widths) and plain-JAX MLPs, one stage per layer
     (past the exact mode's 32): the default ChainDP plans through the compiled level portfolio
     with rounded sizes; each plan validates and its replay fits the budget."""
-    from mlp_models import mlp_setup, tanh_mlp_loss
+    from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
     from experiments.milp_unseen import random_width_mlp
 
@@ -170,8 +170,8 @@ def test_unrounded_plan_through_the_drop_in():
     """A 48-layer plain-JAX MLP, one stage per layer: the default fills one level per gcd
     (~6000 levels, compiled path); remat.value_and_grad gives jax.value_and_grad's value and
     gradients (rtol 1e-5), saved residual bytes within the plan's or warned."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
-    from mlp_models import mlp_setup, tanh_mlp_loss
+    from helpers.dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
     params, batch = mlp_setup(48, 16, 16, seed=2)
     vg = remat.value_and_grad(tanh_mlp_loss, ChainDP(budget="45%"), stages=1000)
@@ -187,8 +187,8 @@ def test_default_portfolio_plan_measured_by_the_executor():
     """The default plan of an 80-layer plain-JAX MLP at 45 % (rounded sizes, polished), run op
     by op by remat.execute: jax.value_and_grad's value and gradients, a measured peak within
     5 % of the replayed one, which fits the budget."""
-    from mlp_models import mlp_setup, tanh_mlp_loss
-    from test_executor import run_and_check
+    from helpers.checks import run_and_check
+    from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
     params, batch = mlp_setup(80, 16, 16, seed=2)
     g = remat.extract(tanh_mlp_loss, params, batch, stages=1000)
@@ -279,8 +279,8 @@ def test_rounded_polished_plans_through_the_drop_in(model, budget):
     ``sum(y ** 2)`` no backward node reads, and a plain-JAX net whose last 24 layers are a
     ``lax.scan`` stack (one stage).  jax.value_and_grad's value and gradients (rtol 1e-5), the
     replayed peak within the budget, saved residual bytes within the plan's or warned."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
-    from test_fidelity import linen_sumsq_mlp, nnx_mlp
+    from helpers.dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from helpers.user_models import linen_sumsq_mlp, nnx_mlp
 
     loss, params, x = {"nnx": lambda: nnx_mlp(L=36),
                        "linen-sumsq": lambda: linen_sumsq_mlp(L=36, B=64),

@@ -64,8 +64,8 @@ def test_polished_plans_through_the_drop_in(frontend):
     """Inexact DP (8 memory levels) at 60-75 %, polished, applied by remat.value_and_grad: the
     value and gradients of jax.value_and_grad (rtol 1e-5), saved residual bytes within the
     plan's or a warning naming them."""
-    from dropin import assert_residuals_within_plan_or_warned, run_against_jax
-    from mlp_models import mlp_setup, tanh_mlp_loss
+    from helpers.dropin import assert_residuals_within_plan_or_warned, run_against_jax
+    from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
     from experiments.milp_unseen import random_width_mlp
 
@@ -88,8 +88,8 @@ def test_polished_plans_through_the_drop_in(frontend):
 def test_polished_plan_measured_by_the_executor():
     """A polished plan run op by op by remat.execute on a plain-JAX MLP: jax.value_and_grad's
     value and gradients, measured peak within 5 % of the replayed peak, which fits the budget."""
-    from mlp_models import mlp_setup, tanh_mlp_loss
-    from test_executor import run_and_check
+    from helpers.checks import run_and_check
+    from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
     params, batch = mlp_setup(24, 16, 16)
     g = remat.extract(tanh_mlp_loss, params, batch)

@@ -6,13 +6,18 @@ evaluator written from the semantics in ``remat/core/plan.py``; every optimum it
 ``remat.Plan`` and re-checked with ``remat.simulate``.
 """
 
-import functools
 import itertools
 import math
 
 import numpy as np
 import pytest
-from limits import HIGHS_SPENT, SAFETY_S
+from helpers.checkmate_problems import random_problem
+from helpers.limits import HIGHS_SPENT, SAFETY_S
+from helpers.models_we_did_not_write import (
+    dropin_we_did_not_write,
+    mlp_we_did_not_write,
+    plan_we_did_not_write,
+)
 
 import policies
 import remat
@@ -216,9 +221,9 @@ def test_min_feasible_above_frontier_bound_uses_the_milp():
 
 
 def _oracle_peak(g, R, S) -> int:
-    """The independent checker of tests/test_events.py (shares no code with remat.events,
-    which both ``schedule_memory`` and ``replay`` use)."""
-    from test_events import oracle_run
+    """The independent checker of tests/test_events.py (tests/helpers/event_oracle.py; shares no
+    code with remat.events, which both ``schedule_memory`` and ``replay`` use)."""
+    from helpers.event_oracle import oracle_run
 
     return oracle_run(g.n, g.sizes, g.edge_array, R, S).peak
 
@@ -284,10 +289,10 @@ def test_highs_and_cvxpy_backends_agree(chain20):
 
 
 def test_time_limit_returns_incumbent():
-    """HiGHS out of time at its first check (:data:`limits.HIGHS_SPENT`: the same outcome at any
-    speed; the rest of the solve, path cuts included, has the safety net) on a 40-layer chain at
-    30 %: the warm start comes back, fitting, with status ``time_limit``, a gap and the LP's
-    bound; without a warm start there is nothing to return and the time-out is raised."""
+    """HiGHS out of time at its first check (:data:`helpers.limits.HIGHS_SPENT`: the same outcome
+    at any speed; the rest of the solve, path cuts included, has the safety net) on a 40-layer
+    chain at 30 %: the warm start comes back, fitting, with status ``time_limit``, a gap and the
+    LP's bound; without a warm start there is nothing to return and the time-out is raised."""
     rng = np.random.default_rng(3)
     L = 40
     g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
@@ -517,21 +522,6 @@ def test_lns_improves_any_start_and_full_window_is_the_milp_optimum():
     assert remat.simulate(g, lp).compute_time_s <= min(tried) + 1e-9
 
 
-def _random_problem(n: int, seed: int, m: float) -> CheckmateProblem:
-    """A random DAG (every node reads its predecessor and up to two earlier nodes), sizes and
-    costs drawn at random, budget ``m`` x the no-remat peak (bytes)."""
-    rng = np.random.default_rng(seed)
-    edges = [(i - 1, i) for i in range(1, n)]
-    for j in range(2, n):
-        for i in rng.choice(j - 1, size=min(2, j - 1), replace=False):
-            if rng.random() < 0.5:
-                edges.append((int(i), j))
-    P = CheckmateProblem(n, np.array(edges), rng.uniform(0.5, 2.0, n),
-                         rng.integers(1, 9, n) * 1024)
-    peak, _ = schedule_memory(P, *checkpoint_all_schedule(P))
-    return P.with_budget(int(np.ceil(m * peak)))
-
-
 @pytest.mark.parametrize("kinds", [("nodes",), ("steps", "nodes")])
 def test_lns_node_windows_never_worse_and_fit(kinds):
     """Node windows (columns freed in every step) and step windows together: the LNS result is
@@ -539,7 +529,7 @@ def test_lns_node_windows_never_worse_and_fit(kinds):
     below the exact optimum."""
     from solvers.checkmate.lns import solve_checkmate_lns, windows
 
-    P = _random_problem(24, 3, 0.7)
+    P = random_problem(24, 3, 0.7)
     g = remat.make_graph([f"v{i}" for i in range(P.n)], [tuple(e) for e in P.edges.tolist()],
                          out_bytes=[int(s) for s in P.sizes], time_s=[float(c) for c in P.costs])
     start = None
@@ -620,7 +610,7 @@ def test_lazy_memory_chain_equals_the_full_model():
     rounds, repaired = [], []
     for seed in (1, 2, 3):  # (seed 0's 16-node DAG at 50 % alone took 6 s: 4 rounds, 3 repairs)
         for n in (12, 14, 16):
-            P = _random_problem(n, 100 * seed + n, 1.0)
+            P = random_problem(n, 100 * seed + n, 1.0)
             top, lo = P.budget, min_feasible_budget(P)[0]
             for frac in (0.15, 0.5):
                 Pb = P.with_budget(lo + int(frac * (top - lo)))
@@ -641,59 +631,6 @@ def test_lazy_memory_chain_equals_the_full_model():
     assert repaired and min(repaired) >= 1 - 1e-6, repaired
 
 
-@functools.cache
-def mlp_we_did_not_write(model: str):
-    """``(loss, args, graph, budget)`` of a 10-layer Flax nnx MLP (``"nnx"``) or a 14-layer
-    random-width Flax linen MLP (``"linen-random-width"``), extracted with one stage per layer
-    under the pinned host profile (:func:`limits.pinned_host_profile`: the same costs, so the
-    same MILP, on every machine); ``budget`` is 30 % of the way from the smallest feasible
-    budget to the no-remat peak (bytes), where schedules recompute.  Cached: the tests of
-    three modules plan the same instances."""
-    from limits import pinned_host_profile
-    from test_fidelity import nnx_mlp
-
-    from experiments.milp_unseen import random_width_mlp
-    from solvers.checkmate import min_feasible_budget
-
-    if model == "nnx":
-        loss, params, x = nnx_mlp(L=10)
-        args = (params, x)
-    else:
-        loss, params, batch = random_width_mlp(3, layers=14, numpy_params=True)
-        args = (params, batch)
-    with pinned_host_profile():
-        g = remat.extract(loss, *args, stages=1000)
-    lo = min_feasible_budget(CheckmateProblem.from_graph(g), time_limit=SAFETY_S)[0]
-    return loss, args, g, lo + int(0.3 * (g.no_remat_peak() - lo))
-
-
-@functools.cache
-def plan_we_did_not_write(model: str, **options):
-    """Checkmate's plan of :func:`mlp_we_did_not_write` at its budget: two-search portfolio
-    (whatever the core count), no warm start, ``options`` on top, :data:`limits.SAFETY_S`.
-    Cached.  Without a warm start the variants compared are the MILPs alone (each proves in
-    under 2 s; the warm start, ChainDP's exact DP in Python, took 6 s per plan); the drop-in
-    (:func:`dropin_we_did_not_write`) plans with the default warm start."""
-    _, _, g, b = mlp_we_did_not_write(model)
-    return policies.get("checkmate", budget=b, time_limit=SAFETY_S,
-                        **{"portfolio": 2, "warm_start": False, **options}).plan(g)
-
-
-@functools.cache
-def dropin_we_did_not_write(model: str):
-    """``(applied, fidelity_warnings)`` of ``remat.value_and_grad`` with the default Checkmate
-    (warm-started) at the budget of :func:`mlp_we_did_not_write`, two-search portfolio, its
-    value and gradients checked against jax's (rtol 1e-5) by :func:`dropin.run_against_jax`.
-    Cached."""
-    from dropin import run_against_jax
-    from limits import pinned_host_profile
-
-    loss, args, _, b = mlp_we_did_not_write(model)
-    policy = policies.get("checkmate", budget=b, time_limit=SAFETY_S, portfolio=2)
-    with pinned_host_profile():  # the drop-in extracts the graph again: the same costs
-        return run_against_jax(remat.value_and_grad(loss, policy, stages=1000), loss, *args)
-
-
 @pytest.mark.parametrize("model", ["nnx", "linen-random-width"])
 def test_lazy_memory_policy_on_models_we_did_not_write(model):
     """Checkmate with the memory chain added lazily (the default) and whole, on a 10-layer Flax
@@ -702,7 +639,7 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     extracted again, warm-started) is that optimum, gives jax's value and gradients (rtol 1e-5) and
     keeps its saved residual bytes within the plan's, or warns; the executor runs it with jax's
     gradients and measured live bytes within 5 % of the replay."""
-    from dropin import assert_residuals_within_plan_or_warned
+    from helpers.dropin import assert_residuals_within_plan_or_warned
 
     loss, args, g, b = mlp_we_did_not_write(model)
     lazy, full = plan_we_did_not_write(model), plan_we_did_not_write(model, lazy_memory=False)
@@ -716,7 +653,7 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     assert ap.plan.meta["objective"] == pytest.approx(lazy.meta["objective"], rel=2e-4)
     assert_residuals_within_plan_or_warned(ap, fid)
     # the op-by-op executor's measured live bytes: within 5 % of the replay, and the budget
-    from test_executor import run_and_check
+    from helpers.checks import run_and_check
 
     stats, _ = run_and_check(loss, *args, g, lazy)
     assert stats.peak_bytes <= b * 1.05
@@ -727,6 +664,6 @@ def test_chain_steps_out_of_range_is_a_typed_error(steps):
     from solvers.checkmate import add_checkmate_core
     from solvers.milp import MilpModel
 
-    P = _random_problem(8, 1, 1.0)
+    P = random_problem(8, 1, 1.0)
     with pytest.raises(SolverError, match="chain_steps"):
         add_checkmate_core(MilpModel(), P, formulation=Formulation(chain_steps=steps))

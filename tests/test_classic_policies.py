@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from bench_graphs import BENCH, needs_bench
+from helpers.bench_graphs import BENCH, needs_bench
 
 import policies
 import remat

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from limits import SAFETY_S  # noqa: E402
+from helpers.limits import SAFETY_S  # noqa: E402
 
 import policies  # noqa: E402
 import remat  # noqa: E402

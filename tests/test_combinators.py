@@ -10,7 +10,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 import policies
 import remat

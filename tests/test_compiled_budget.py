@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from xla_subprocess import run_json
+from helpers.xla_subprocess import run_json
 
 import remat
 from remat.compiled_budget import fit
@@ -248,11 +248,11 @@ def test_compiled_budget_on_generated_models(frontend):
     larger smallest budget, or, where this JAX's XLA:CPU undoes ``jax.checkpoint`` (no flag in
     this process), the modelled fallback with a warning. Value and gradients equal JAX's."""
     import jax
-    from dropin import run_against_jax
-    from generated_models import LOSSES, build, specs
+    from helpers.dropin import run_against_jax
+    from helpers.generated_models import LOSSES, build, specs
+    from helpers.limits import SAFETY_S
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from limits import SAFETY_S
 
     import policies
     from remat.fidelity import RematFidelityWarning

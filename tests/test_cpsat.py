@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 pytest.importorskip("ortools")
 
@@ -64,7 +64,7 @@ def test_checkmate_on_cpsat_matches_highs_optimum(graph, solver):
         g = remat.chain_graph(7, sizes=rng.integers(1, 9, 7) * 1000,
                               fwd_costs=rng.uniform(1, 3, 7))
     else:
-        from test_reorder import fan_and_skip_graph
+        from helpers.graphs import fan_and_skip_graph
 
         g = fan_and_skip_graph(4, 4)
     b = int(0.6 * g.no_remat_peak())

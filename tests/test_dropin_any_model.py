@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import warnings
 
-import generated_models
 import jax
 import numpy as np
-import outside_models
 import pytest
-from limits import SAFETY_S
+from helpers import generated_models, outside_models
+from helpers.limits import SAFETY_S
 
 import policies
 import remat

@@ -1,9 +1,10 @@
 """The event program (remat.events) against an independent oracle and by hand.
 
-The oracle :func:`oracle_run` below is a deliberately plain Python interpreter of the rules written
-in :mod:`remat.core.plan` and :mod:`remat.core.schedule` (sets and loops, no numpy, no code shared with
-``remat.events``).  It and the event program must agree, on many random graphs and plans, about
-legality, the bytes live at every compute, the step-start bytes and the peak.
+The oracle :func:`helpers.event_oracle.oracle_run` is a deliberately plain Python interpreter of
+the rules written in :mod:`remat.core.plan` and :mod:`remat.core.schedule` (sets and loops, no
+numpy, no code shared with ``remat.events``).  It and the event program must agree, on many
+random graphs and plans, about legality, the bytes live at every compute, the step-start bytes
+and the peak.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from helpers.event_oracle import oracle_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,72 +25,6 @@ from remat.core.schedule import fold, replay
 
 
 # ------------------------------------------------------------------ the oracle
-@dataclasses.dataclass
-class OracleResult:
-    legal: bool
-    compute_live: list  # bytes while each compute runs, in execution order
-    step_start: list  # bytes entering each step
-    peak: int
-
-
-def oracle_run(n, sizes, edges, R, S, page_in=None, page_out=None, S_aux=None) -> OracleResult:
-    """Run a schedule by the written rules, as if legal, noting whether any rule was broken.
-
-    Entering step t the live set is S[t] (a value of S[t] that was not live breaks a rule, and is
-    made live anyway).  Page-outs at the step start need S[t, i].  Nodes of R[t] run in index
-    order and need their inputs live (a missing input breaks a rule and is not read).  A live
-    value is dropped at the step start and after each node once no remaining node of the step
-    reads or recomputes it, unless S[t+1] keeps it.  Page-ins at the step end need the value in
-    storage, and make it live when S[t+1] keeps it.
-    """
-    T = len(R)
-    preds = {j: [s for s, d in edges if d == j] for j in range(n)}
-    S_next = [list(S[t + 1]) if t + 1 < T else [False] * n for t in range(T)]
-    legal = True
-    live: set = set()
-    stored: set = set()  # values paged out in an earlier step (when no S_aux is given)
-    compute_live, step_start = [], []
-    for t in range(T):
-        want = {i for i in range(n) if S[t][i]}
-        if want - live:
-            legal = False
-        live = set(want)
-        step_start.append(sum(sizes[i] for i in live))
-        if S_aux is not None:
-            have = {i for i in range(n) if S_aux[t][i]}
-            if t == 0 and have:
-                legal = False
-            if t > 0 and not have <= {i for i in range(n) if S_aux[t - 1][i] or page_out[t - 1][i]}:
-                legal = False
-        else:
-            have = set(stored)
-        outs = [i for i in range(n) if page_out is not None and page_out[t][i]]
-        if any(i not in live for i in outs):
-            legal = False
-        order = [k for k in range(n) if R[t][k]]
-        keep = S_next[t]
-
-        def still_wanted(i, rest, keep=keep):
-            return keep[i] or any(k == i or i in preds[k] for k in rest)
-
-        live = {i for i in live if still_wanted(i, order)}
-        for p, k in enumerate(order):
-            if any(j not in live for j in preds[k]):
-                legal = False
-            live.add(k)
-            compute_live.append(sum(sizes[i] for i in live))
-            live = {i for i in live if still_wanted(i, order[p + 1 :])}
-        for i in range(n):
-            if page_in is not None and page_in[t][i]:
-                if i not in have:
-                    legal = False
-                if S_next[t][i]:
-                    live.add(i)
-        stored |= set(outs)
-    peak = max(compute_live + step_start + [0])
-    return OracleResult(legal, compute_live, step_start, peak)
-
-
 def check_against_oracle(g, plan) -> bool:
     """Assert the event program and the oracle agree on ``plan``; return its legality."""
     e = g.edge_array.tolist()

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from extract_models import MODELS, make_mlp
+from helpers.checks import assert_same, run_and_check
+from helpers.extract_models import MODELS, make_mlp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,15 +18,6 @@ import policies
 import remat
 from remat.core.errors import InvalidPlanError
 from remat.core.plan import Plan, plan_from_order
-
-
-def assert_same(got, ref):
-    gl, gt = jax.tree_util.tree_flatten(got)
-    rl, rt = jax.tree_util.tree_flatten(ref)
-    assert gt == rt
-    for a, b in zip(gl, rl):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def ondemand_plan(g, keep: np.ndarray, policy: str = "ondemand") -> Plan:
@@ -70,18 +62,6 @@ def every_kth_plan(g, k: int = 4) -> Plan:
     ckpt = (i % k == 0) | bw[None, :] | (i == first_bwd - 1)
     keep = (g.last_reader[None, :] > t) & (ckpt | (t >= first_bwd) | (i == t))
     return ondemand_plan(g, keep, policy=f"every_{k}")
-
-
-def run_and_check(loss, params, batch, g, plan):
-    value, grads, stats = remat.execute(g, plan, params, batch)
-    rv, rg = jax.jit(jax.value_and_grad(loss))(params, batch)
-    assert_same(value, rv)
-    assert_same(grads, rg)
-    sim = remat.simulate(g, plan)
-    assert stats.peak_bytes_bookkeeping == sim.peak_bytes
-    assert abs(stats.peak_bytes - sim.peak_bytes) <= 0.05 * sim.peak_bytes, (stats.peak_bytes, sim.peak_bytes)
-    assert stats.stage_runs == int(plan.R.sum())
-    return stats, sim
 
 
 @pytest.mark.parametrize("name", sorted(MODELS) + ["mlp_deep"])
@@ -231,7 +211,7 @@ def test_random_dag_random_legal_plan(case):
 
 
 def test_argnums_tuple_and_unused_parameter():
-    from extract_models import make_plain
+    from helpers.extract_models import make_plain
 
     loss, params, x = make_plain()
     g = remat.extract(loss, params, x, argnums=(0, 1), stages="module")

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from extract_models import MODELS, make_mlp, make_plain, make_resnet
+from helpers.extract_models import MODELS, make_mlp, make_plain, make_resnet
 
 import remat
 from remat.core.errors import ExtractionError, RematWarning
@@ -264,7 +264,7 @@ def test_nn_remat_regions_are_inlined_and_the_plan_decides():
     """``nn.remat`` blocks inside the loss are inlined: the graph is the one of the same network
     without remat (the plan, not the user's checkpoint, decides what is recomputed), the
     backward stages mirror the forward module scopes, and the notes say so."""
-    from extract_models import make_remat
+    from helpers.extract_models import make_remat
 
     loss, params, batch = make_remat()
     g = remat.extract(loss, params, batch, stages="module")

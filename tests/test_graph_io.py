@@ -15,7 +15,7 @@ import pkgutil
 import networkx as nx
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
+from helpers.bench_graphs import FILES, needs_bench
 
 import policies
 import remat

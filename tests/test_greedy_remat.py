@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
-from limits import SAFETY_S
+from helpers.bench_graphs import FILES, needs_bench
+from helpers.limits import SAFETY_S
 
 import policies
 import remat

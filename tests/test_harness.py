@@ -151,7 +151,7 @@ def test_sweep_killed_midway_resumes_without_recomputing_or_losing_rows(tmp_path
     import sys
     import time
 
-    from limits import SAFETY_S
+    from helpers.limits import SAFETY_S
 
     script = tmp_path / "kill_sweep.py"
     script.write_text(_KILL_SCRIPT)

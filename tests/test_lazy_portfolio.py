@@ -7,9 +7,8 @@ against the budget."""
 from __future__ import annotations
 
 import pytest
-from limits import HIGHS_SPENT, SAFETY_S
-from test_checkmate import _random_problem
-from test_path_cuts import _chain_problem
+from helpers.checkmate_problems import chain_problem, random_problem
+from helpers.limits import HIGHS_SPENT, SAFETY_S
 
 from remat.core.errors import InfeasibleBudgetError, SolverError
 from solvers.checkmate import min_feasible_budget, solve_checkmate
@@ -40,9 +39,9 @@ def test_portfolio_proves_the_single_search_optimum(seed):
     no-remat peak, and a 24-layer random-size chain at 45 %: every member started at once, the
     portfolio proves the optimum the single search proves, its schedule fits on replay and
     costs what it says, and each member is listed."""
-    problems = [_chain_problem(L=24, seed=seed, frac=0.45)]
+    problems = [chain_problem(L=24, seed=seed, frac=0.45)]
     for n in (12, 16):
-        problems.append(_between(_random_problem(n, 7 * seed + n, 1.0), 0.3))
+        problems.append(_between(random_problem(n, 7 * seed + n, 1.0), 0.3))
     for P in problems:
         ref = solve_checkmate(P, time_limit=SAFETY_S, mip_gap=1e-6, portfolio=1)
         sol = _portfolio(P, seeds=(0, 1, 2))
@@ -72,7 +71,7 @@ def test_other_seeds_start_only_after_the_delay():
     """A 12-layer chain at 50 % with a delay longer than any solve (the safety net's): the
     first member finishes alone and is the only one listed; with no delay every member runs
     and is listed."""
-    P = _chain_problem(L=12, frac=0.5)
+    P = chain_problem(L=12, frac=0.5)
     late = _portfolio(P, seeds=(0, 1), delay_s=SAFETY_S)
     now = _portfolio(P, seeds=(0, 1), delay_s=0.0)
     assert late.status == now.status == "optimal"
@@ -82,11 +81,12 @@ def test_other_seeds_start_only_after_the_delay():
 
 
 def test_time_limit_returns_the_best_schedule_and_bound():
-    """Every member's HiGHS out of time at its first check (:data:`limits.HIGHS_SPENT`, the
-    same at any speed) on a 24-layer chain at 45 %, whose heuristic start fits and is not optimal: that
-    schedule comes back, fitting, with status ``time_limit``, a gap, and a bound below the
-    proven optimum; every member is listed with its status."""
-    P = _chain_problem(L=24, seed=3, frac=0.45)
+    """Every member's HiGHS out of time at its first check
+    (:data:`helpers.limits.HIGHS_SPENT`, the same at any speed) on a 24-layer chain at 45 %,
+    whose heuristic start fits and is not optimal: that schedule comes back, fitting, with status
+    ``time_limit``, a gap, and a bound below the proven optimum; every member is listed with its
+    status."""
+    P = chain_problem(L=24, seed=3, frac=0.45)
     h = best_heuristic(P, P.budget)
     sol = _portfolio(P, mip_gap=1e-4, options=HIGHS_SPENT)
     assert schedule_memory(P, sol.R, sol.S)[0] <= P.budget
@@ -102,7 +102,7 @@ def test_time_limit_returns_the_best_schedule_and_bound():
 
 
 def test_infeasible_budget_and_bad_input_are_typed_errors():
-    P = _chain_problem(L=10)
+    P = chain_problem(L=10)
     lo = min_feasible_budget(P)[0]
     with pytest.raises(InfeasibleBudgetError) as e:
         solve_checkmate(P.with_budget(lo - 1), time_limit=SAFETY_S, portfolio=2)
@@ -122,8 +122,12 @@ def test_portfolio_plan_on_a_model_we_did_not_write():
     one search prove the same optimum; the portfolio's plan fits on replay and gives jax's value
     and gradients through ``remat.value_and_grad`` (rtol 1e-5), with its saved residual bytes
     within the plan's or a warning."""
-    from dropin import assert_residuals_within_plan_or_warned
-    from test_checkmate import dropin_we_did_not_write, mlp_we_did_not_write, plan_we_did_not_write
+    from helpers.dropin import assert_residuals_within_plan_or_warned
+    from helpers.models_we_did_not_write import (
+        dropin_we_did_not_write,
+        mlp_we_did_not_write,
+        plan_we_did_not_write,
+    )
 
     from remat.core.schedule import replay
 

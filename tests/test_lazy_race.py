@@ -11,8 +11,8 @@ import threading
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
-from test_checkmate import _random_problem
+from helpers.checkmate_problems import random_problem
+from helpers.limits import SAFETY_S
 
 import remat
 from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
@@ -25,7 +25,7 @@ pytest.importorskip("ortools")
 def _instances():
     for seed in range(3):
         for n in (12, 16):
-            P = _random_problem(n, 100 * seed + n, 1.0)
+            P = random_problem(n, 100 * seed + n, 1.0)
             top, lo = P.budget, min_feasible_budget(P)[0]
             yield P.with_budget(lo + int(0.15 * (top - lo)))
 

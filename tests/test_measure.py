@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import jax
-from mlp_models import mlp_setup, relu_mlp_loss
+from helpers.mlp_models import mlp_setup, relu_mlp_loss
 
 import remat
 from remat.measurement import FLAG, Measurement
@@ -62,8 +62,8 @@ _SCRIPT = textwrap.dedent(
     import json, sys
     sys.path.insert(0, {tests!r})
     import remat
-    from test_measure import mlp_loss, setup
-    params, batch = setup(depth=8, width=64, batch=256)
+    from helpers.mlp_models import mlp_setup, relu_mlp_loss as mlp_loss
+    params, batch = mlp_setup(8, 64, 256)
     out = {{}}
     for pol in (None, "sqrtn"):
         m = remat.measure(mlp_loss, params, batch, policy=pol, runs=1, executor=False)

@@ -9,10 +9,10 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from generated_models import Spec, build
+from helpers.generated_models import Spec, build
+from helpers.mlp_models import mlp_setup, relu_mlp_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mlp_models import mlp_setup, relu_mlp_loss
 
 import policies
 import remat

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mlp_models import mlp_setup, tanh_mlp_loss
+from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
 import remat
 from remat import microbatch

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 import scipy.sparse as sp
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 from remat.core.errors import SolverError, SolverTimeoutError
 from solvers.milp import MilpModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from limits import SAFETY_S, pinned_host_profile
+from helpers.limits import SAFETY_S, pinned_host_profile
 
 from experiments import milp_unseen
 from solvers.checkmate import solve_checkmate

@@ -5,8 +5,8 @@ import csv
 
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
-from test_pebbling import _exact_min_peak, _random_dag
+from helpers.bench_graphs import FILES, needs_bench
+from helpers.pebbling_oracle import exact_min_peak, random_dag
 
 from experiments import min_budget as mb
 from remat.core.errors import RematError, SolverError
@@ -14,8 +14,8 @@ from remat.core.errors import RematError, SolverError
 
 @pytest.mark.parametrize("seed", range(6))
 def test_smallest_budget_equals_the_exhaustive_minimum(seed):
-    g = _random_dag(seed + 20, 8)
-    exact = _exact_min_peak(g)
+    g = random_dag(seed + 20, 8)
+    exact = exact_min_peak(g)
     row = mb.smallest_budget(g, probe_time=10, probe_states=1_000_000)
     assert row["exact"] and row["feasible_at"] == exact and row["infeasible_at"] == exact - 1
     assert row["min_step_bytes"] <= exact <= row["no_remat_peak_bytes"]
@@ -23,7 +23,7 @@ def test_smallest_budget_equals_the_exhaustive_minimum(seed):
 
 
 def test_limits_give_a_typed_error_not_a_guess():
-    g = _random_dag(1, 40)
+    g = random_dag(1, 40)
     with pytest.raises(SolverError):
         mb.smallest_budget(g, probe_time=10, probe_states=1)  # no witness even at the peak
     with pytest.raises(RematError):
@@ -56,7 +56,7 @@ def test_an_undecided_probe_still_narrows_the_feasible_end(monkeypatch):
     import solvers.pebbling_search as ps
     from solvers.bounds import frontier_lower_bound
 
-    g = _random_dag(2, 12)
+    g = random_dag(2, 12)
     need, peak = frontier_lower_bound(g.sizes, g.edge_array), g.no_remat_peak()
     F = need + (peak - need) // 2
     real = ps.decide(g.preds, g.sizes, peak)

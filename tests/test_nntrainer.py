@@ -7,7 +7,7 @@ import functools
 import jax
 import numpy as np
 import pytest
-from mlp_models import mlp_setup, relu_mlp_loss
+from helpers.mlp_models import mlp_setup, relu_mlp_loss
 
 import policies
 import remat

@@ -18,7 +18,7 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mlp_models import mlp_setup, tanh_mlp_loss
+from helpers.mlp_models import mlp_setup, tanh_mlp_loss
 
 import policies
 import remat

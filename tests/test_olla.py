@@ -10,7 +10,8 @@ import itertools
 import jax
 import numpy as np
 import pytest
-from limits import SAFETY_S, spend_highs_time
+from helpers.limits import SAFETY_S, spend_highs_time
+from helpers.orders import graph_of, random_dag, topological_orders
 
 import policies
 import remat
@@ -18,41 +19,9 @@ from policies.from_checkpoints import plan_from_steps
 from policies.olla import Olla, olla_layout, olla_placement
 from remat.core import layout
 from remat.core.errors import InfeasibleBudgetError
-from remat.core.graph import make_graph
 from remat.core.schedule import replay
 from solvers.olla import overlapping_pairs, solve_addresses, solve_order
 from solvers.orders import order_peak
-
-
-def random_dag(n: int, p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    edges = [(i, j) for i in range(n) for j in range(i + 1, n) if rng.random() < p]
-    return rng.integers(1, 20, size=n), np.array(edges, dtype=np.int64).reshape(-1, 2)
-
-
-def topological_orders(n: int, edges: np.ndarray):
-    preds = [set() for _ in range(n)]
-    for s, d in edges.tolist():
-        preds[d].add(s)
-
-    def rec(done: set, order: list):
-        if len(order) == n:
-            yield list(order)
-            return
-        for v in range(n):
-            if v not in done and preds[v] <= done:
-                done.add(v)
-                order.append(v)
-                yield from rec(done, order)
-                done.remove(v)
-                order.pop()
-
-    yield from rec(set(), [])
-
-
-def graph_of(sizes, edges, name="dag"):
-    n = len(sizes)
-    return make_graph([f"v{i}" for i in range(n)], [tuple(e) for e in edges.tolist()],
-                      out_bytes=[int(s) for s in sizes], time_s=[1.0] * n, name=name)
 
 
 def test_order_peak_is_the_replayed_peak():
@@ -111,8 +80,8 @@ def test_lns_orders_are_valid_and_never_worse():
 
 def test_order_time_limit_returns_the_incumbent(monkeypatch):
     """The exact order ILP of a 70-node DAG with HiGHS out of time at its first check
-    (:func:`limits.spend_highs_time`, the same at any speed): the incumbent comes back, its
-    peak the replayed one and no higher than the start's."""
+    (:func:`helpers.limits.spend_highs_time`, the same at any speed): the incumbent comes back,
+    its peak the replayed one and no higher than the start's."""
     rng = np.random.default_rng(5)
     sizes, edges = random_dag(70, 0.06, rng)
     spend_highs_time(monkeypatch)

@@ -2,7 +2,7 @@
 measured plans, checked against independent facts on small graphs."""
 
 import numpy as np
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 import policies
 import remat

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
-from test_olla import random_dag, topological_orders
+from helpers.limits import SAFETY_S
+from helpers.orders import random_dag, topological_orders
 
 from remat.core.errors import InvalidGraphError, RematError
 from solvers.olla import solve_order
@@ -135,7 +135,7 @@ def test_checkmate_reorder_stops_when_the_order_alone_fits(monkeypatch):
     """Checkmate(order="min_peak") at a budget the greedy order meets: no recomputation, and
     the order search ends at its start (no ILP) instead of searching on for its share of the
     time."""
-    from test_olla import graph_of
+    from helpers.orders import graph_of
 
     import policies
     import solvers.olla

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
-from test_checkmate import _random_problem
+from helpers.checkmate_problems import chain_problem, random_problem
+from helpers.limits import SAFETY_S
 
 import remat
 from solvers.checkmate import CheckmateProblem, min_feasible_budget, solve_checkmate
@@ -40,7 +40,7 @@ def test_no_path_cut_cuts_off_a_legal_schedule(seed):
     """At a legal 0/1 schedule the exact separation (all demands, every ``t0``, the cheapest
     path) finds nothing violated."""
     rng = np.random.default_rng(seed)
-    P = _random_problem(int(rng.integers(8, 22)), seed, 1.0)
+    P = random_problem(int(rng.integers(8, 22)), seed, 1.0)
     count = 0
     for R, S in _legal_schedules(P, rng, 40):
         cuts = separate(P, R.astype(float), S.astype(float), eps=1e-9, per_demand=3,
@@ -71,17 +71,11 @@ def _lp_point(P):
     return model, v, x, R, S
 
 
-def _chain_problem(L=40, seed=0, frac=0.3):
-    rng = np.random.default_rng(seed)
-    g = remat.chain_graph(L, sizes=rng.integers(1, 9, L), fwd_costs=rng.uniform(0.5, 2, L))
-    return CheckmateProblem.from_graph(g, math.ceil(frac * g.no_remat_peak()))
-
-
 def test_separated_rows_are_violated_by_the_lp_point_and_map_to_columns():
     """Rows found at the LP optimum are violated there by what :meth:`PathCuts.violation` says,
     the same number is what the model's columns give (``coo``), and ``subset`` / ``concat``
     keep rows and terms together."""
-    P = _chain_problem()
+    P = chain_problem()
     model, v, x, R, S = _lp_point(P)
     cuts = separate(P, R, S, frontier_only=False)
     assert cuts.num_rows > 0
@@ -100,7 +94,7 @@ def test_separated_rows_are_violated_by_the_lp_point_and_map_to_columns():
 def test_cut_loop_raises_the_lp_bound_and_stays_below_the_optimum():
     """On a 24-layer chain at 30 % the LP's fractional recomputation chains are cut off: the
     bound rises strictly, and stays at or below the exact optimum."""
-    P = _chain_problem(L=24, seed=2)
+    P = chain_problem(L=24, seed=2)
     res = path_cut_loop(P, Formulation(), SAFETY_S, keep="all")
     first = res.rounds[0]["bound"]
     assert res.bound > first * (1 + 1e-6), (first, res.bound)
@@ -124,7 +118,7 @@ def test_kept_rows_alone_give_the_loop_its_bound(monkeypatch, stop_at):
     the small LP with those rows alone has the loop's bound.  ``stop_at``: the LP of that round
     ends unsolved (HiGHS hits an iteration limit, as a time limit would), which once left the
     loop reading duals of an unfinished solve and keeping no row at all."""
-    P = _chain_problem()
+    P = chain_problem()
     if stop_at is not None:
         real = MilpModel.to_highs
 
@@ -166,7 +160,7 @@ def test_cut_loop_time_limit_is_on_its_own_clock(monkeypatch):
     8 s of its 15)."""
     from solvers.checkmate import path_cuts as pc
 
-    P = _chain_problem()
+    P = chain_problem()
     real = MilpModel.to_highs
 
     def to_highs(self, **kw):
@@ -196,7 +190,7 @@ def test_milp_with_path_cuts_finds_the_same_optimum(lazy):
     with_cuts = 0
     for seed in (0, 1, 3, 4):
         for n in (12, 16):
-            P0 = _random_problem(n, 100 * seed + n, 1.0)
+            P0 = random_problem(n, 100 * seed + n, 1.0)
             top, lo = P0.budget, min_feasible_budget(P0)[0]
             for frac in (0.1, 0.4):
                 P = P0.with_budget(lo + int(frac * (top - lo)))
@@ -220,8 +214,12 @@ def test_path_cuts_on_models_we_did_not_write(model):
     Checkmate with and without path cuts proves the same optimum, and the plan made with them
     gives jax's value and gradients through ``remat.value_and_grad`` (rtol 1e-5) with its saved
     residual bytes within the plan's, or a warning."""
-    from dropin import assert_residuals_within_plan_or_warned
-    from test_checkmate import dropin_we_did_not_write, mlp_we_did_not_write, plan_we_did_not_write
+    from helpers.dropin import assert_residuals_within_plan_or_warned
+    from helpers.models_we_did_not_write import (
+        dropin_we_did_not_write,
+        mlp_we_did_not_write,
+        plan_we_did_not_write,
+    )
 
     from remat.core.schedule import replay
 
@@ -239,7 +237,7 @@ def test_path_cuts_on_models_we_did_not_write(model):
 def test_bad_input_is_a_typed_error():
     from remat.core.errors import SolverError
 
-    P = _chain_problem(L=6)
+    P = chain_problem(L=6)
     z = np.zeros((P.n, P.n))
     with pytest.raises(SolverError, match="shape"):
         separate(P, z[:-1], z)

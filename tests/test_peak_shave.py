@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.limits import SAFETY_S
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from limits import SAFETY_S
 
 import policies
 import remat
@@ -123,7 +123,11 @@ def test_plain_jax_dag_drop_in_gives_the_same_value_and_gradients():
     peak shaving at 60 % of its no-remat peak (where it must recompute), through
     remat.value_and_grad: jax.value_and_grad's value and gradients, and saved residual bytes
     within the plan's or a warning naming them (here 73 728 B predicted and realised)."""
-    from dropin import assert_residuals_within_plan_or_warned, plain_dag_loss, run_against_jax
+    from helpers.dropin import (
+        assert_residuals_within_plan_or_warned,
+        plain_dag_loss,
+        run_against_jax,
+    )
 
     loss, ws, x = plain_dag_loss()
     vg = remat.value_and_grad(loss, PeakShave(budget="60%", time_limit=SAFETY_S), stages="eqn")

@@ -2,63 +2,19 @@
 (solvers.pebbling_bound), both checked against an exhaustive search of every schedule on tiny
 DAGs, and the heuristic on Moccasin's random layered graphs at budgets greedy_remat misses."""
 
-import heapq
 import math
 
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
-from limits import SAFETY_S
+from helpers.bench_graphs import FILES, needs_bench
+from helpers.limits import SAFETY_S
+from helpers.pebbling_oracle import exact_min_peak, random_dag
 
 import policies
 import remat
 from policies.pebbling import Pebbling
 from remat.core.errors import InfeasibleBudgetError
 from solvers.pebbling_bound import prove_infeasible
-
-
-def _random_dag(seed: int, n: int):
-    rng = np.random.default_rng(seed)
-    edges = [(i, j) for j in range(1, n) for i in rng.choice(j, size=min(j, int(rng.integers(1, 3))),
-                                                           replace=False)]
-    sizes = rng.integers(1, 6, n).tolist()
-    costs = rng.uniform(0.5, 2.0, n).tolist()
-    return remat.make_graph([f"v{i}" for i in range(n)], edges, out_bytes=sizes, time_s=costs)
-
-
-def _exact_min_peak(g) -> int:
-    """Smallest peak of *any* schedule (any order, any recomputation) that runs every node,
-    by a bottleneck Dijkstra over (live set, nodes run so far); written from the memory rules
-    alone: running x needs its inputs live and costs the live bytes plus x's output; dropping a
-    value is free."""
-    n = g.n
-    size = [int(s) for s in g.sizes]
-    pmask = [sum(1 << p for p in g.preds[v]) for v in range(n)]
-    full = (1 << n) - 1
-
-    def bytes_of(mask):
-        return sum(size[i] for i in range(n) if mask >> i & 1)
-
-    best = {(0, 0): 0}
-    heap = [(0, 0, 0)]
-    while heap:
-        peak, live, done = heapq.heappop(heap)
-        if done == full:
-            return peak
-        if best.get((live, done), math.inf) < peak:
-            continue
-        moves = []
-        for x in range(n):
-            if not live >> x & 1 and live & pmask[x] == pmask[x]:
-                moves.append((max(peak, bytes_of(live | 1 << x)), live | 1 << x, done | 1 << x))
-        for i in range(n):
-            if live >> i & 1:
-                moves.append((peak, live & ~(1 << i), done))
-        for p, lv, dn in moves:
-            if p < best.get((lv, dn), math.inf):
-                best[(lv, dn)] = p
-                heapq.heappush(heap, (p, lv, dn))
-    raise AssertionError("unreachable")
 
 
 def _check(g, plan, budget):
@@ -71,8 +27,8 @@ def _check(g, plan, budget):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_bound_and_heuristic_agree_with_exhaustive_search(seed):
-    g = _random_dag(seed, 6)
-    exact = _exact_min_peak(g)
+    g = random_dag(seed, 6)
+    exact = exact_min_peak(g)
     peak = g.no_remat_peak()
     assert exact <= peak
     preds, sizes = g.preds, g.sizes
@@ -94,7 +50,7 @@ def test_bound_and_heuristic_agree_with_exhaustive_search(seed):
 
 @pytest.mark.parametrize("score", ["auto", "dtr", "belady", "size"])
 def test_at_no_remat_peak_recomputes_nothing(score):
-    g = _random_dag(3, 10)
+    g = random_dag(3, 10)
     peak = g.no_remat_peak()
     plan = Pebbling(witness_time_s=SAFETY_S, score=score).plan(g, budget=peak)
     _check(g, plan, peak)
@@ -137,7 +93,7 @@ def test_random_layered_where_greedy_fails(path, m):
 
 
 def test_bound_proves_below_single_step_need():
-    g = _random_dag(5, 8)
+    g = random_dag(5, 8)
     need = max(int(g.sizes[v] + g.sizes[list(g.preds[v])].sum()) for v in range(g.n))
     r = prove_infeasible(g.preds, g.sizes, need - 1)
     assert r.proven and r.node is not None
@@ -145,7 +101,7 @@ def test_bound_proves_below_single_step_need():
 
 
 def test_bound_reports_unknown_instead_of_guessing():
-    g = _random_dag(7, 40)
+    g = random_dag(7, 40)
     need = max(int(g.sizes[v] + g.sizes[list(g.preds[v])].sum()) for v in range(g.n))
     r = prove_infeasible(g.preds, g.sizes, need + 1, max_states=1)
     assert not r.proven
@@ -158,7 +114,7 @@ def test_bound_reports_unknown_instead_of_guessing():
 def test_frontier_mode_is_checkmate_form(seed):
     """frontier=True plans are Checkmate frontier stages: T = n, step t ends with node t, no
     node twice in a step, only earlier nodes recomputed."""
-    g = _random_dag(seed, 12)
+    g = random_dag(seed, 12)
     peak = g.no_remat_peak()
     for frac in (1.0, 0.9, 0.8, 0.7):
         b = math.ceil(frac * peak)

@@ -5,11 +5,10 @@ method fitted, typed errors, and witness plans through the drop-in on code we di
 
 import numpy as np
 import pytest
-from bench_graphs import FILES, needs_bench
-from generated_models import FRONTENDS, Spec, build
-from limits import SAFETY_S
-from test_pebbling import _exact_min_peak, _random_dag
-from test_policy_properties import EXAMPLES
+from helpers.bench_graphs import FILES, needs_bench
+from helpers.generated_models import EXAMPLES, FRONTENDS, Spec, build
+from helpers.limits import SAFETY_S
+from helpers.pebbling_oracle import exact_min_peak, random_dag
 
 import remat
 from policies.pebbling import Pebbling
@@ -43,8 +42,8 @@ def _valid_witness(g, seq, budget):
 def test_decisions_equal_the_exhaustive_minimum(seed):
     """Feasible exactly from the smallest peak of any schedule up (witness fits), proven
     infeasible below it, on random 6- and 8-node DAGs (several sinks, skips)."""
-    g = _random_dag(seed, 6 if seed < 5 else 8)
-    exact = _exact_min_peak(g)
+    g = random_dag(seed, 6 if seed < 5 else 8)
+    exact = exact_min_peak(g)
     for b in range(max(0, exact - 4), g.no_remat_peak() + 2):
         d = decide(g.preds, g.sizes, b, time_limit=SAFETY_S)
         if b >= exact:
@@ -59,8 +58,8 @@ def test_decisions_equal_the_exhaustive_minimum(seed):
 def test_witness_plan_replays_as_its_run_order(seed):
     """The plan made from a witness replays (remat's event program) to the live bytes the
     search's own accounting gives its run order, event by event, and fits the budget."""
-    g = _random_dag(seed, 8)
-    b = _exact_min_peak(g)
+    g = random_dag(seed, 8)
+    b = exact_min_peak(g)
     plan = Pebbling(witness_time_s=SAFETY_S, method="witness").plan(g, budget=b)
     plan.validate(g)
     rep = replay(g, plan)
@@ -111,7 +110,7 @@ def test_prune_best_keeps_the_cheaper_order():
 
 @pytest.mark.parametrize("seed,frac", [(3, 0.8), (4, 0.9)])  # one each way
 def test_auto_keeps_the_cheaper_of_the_two_methods(seed, frac):
-    g = _random_dag(seed, 12)
+    g = random_dag(seed, 12)
     b = int(frac * g.no_remat_peak())
     plans = {m: Pebbling(witness_time_s=SAFETY_S, method=m).plan(g, budget=b)
              for m in ("steps", "witness", "auto")}
@@ -146,22 +145,22 @@ def test_published_n250_fits_the_budget_no_other_method_fitted(path):
 
 
 def test_limits_say_unknown_and_prove_nothing():
-    g = _random_dag(1, 40)
+    g = random_dag(1, 40)
     b = int(0.5 * g.no_remat_peak())
     d = decide(g.preds, g.sizes, b, max_states=1)
     assert d.status == "unknown" and d.schedule is None and d.node is not None
 
 
 def test_infeasible_error_is_proven_and_names_the_exact_minimum():
-    g = _random_dag(4, 7)
-    exact = _exact_min_peak(g)
+    g = random_dag(4, 7)
+    exact = exact_min_peak(g)
     with pytest.raises(InfeasibleBudgetError, match="proven") as ei:
         Pebbling(witness_time_s=SAFETY_S, method="witness").plan(g, budget=exact - 1)
     assert int(ei.value.min_feasible_bytes) == exact
 
 
 def test_typed_errors():
-    g = _random_dag(0, 5)
+    g = random_dag(0, 5)
     with pytest.raises(BudgetFormatError):
         decide(g.preds, g.sizes, -1)
     with pytest.raises(BudgetFormatError):
@@ -197,7 +196,11 @@ def test_witness_plans_through_the_drop_in(frontend):
     and gradients of jax.value_and_grad (rtol 1e-5), saved residual bytes within the plan's or
     a warning naming them; plain JAX with skips and a concatenation, and generated linen, nnx,
     Equinox and plain models with a scanned stack under a loss no backward node reads."""
-    from dropin import assert_residuals_within_plan_or_warned, plain_dag_loss, run_against_jax
+    from helpers.dropin import (
+        assert_residuals_within_plan_or_warned,
+        plain_dag_loss,
+        run_against_jax,
+    )
 
     if frontend == "plain-dag":
         loss, params, batch = plain_dag_loss()
@@ -241,7 +244,7 @@ def test_step_wise_plans_are_pruned_and_still_fit(seed):
     own schedule (pebbling_steps) on random 30-node DAGs at 60 %, and its replay fits."""
     from policies.pebbling import pebbling_steps
 
-    g = _random_dag(seed, 30)
+    g = random_dag(seed, 30)
     b = int(0.6 * g.no_remat_peak())
     raw = pebbling_steps(g, b, "dtr")
     plan = Pebbling(witness_time_s=SAFETY_S, method="steps", score="dtr").plan(g, budget=b)
@@ -254,8 +257,8 @@ def test_witness_plans_measured_by_the_executor(frontend):
     """A witness plan run op by op by remat.execute: jax.value_and_grad's value and gradients,
     and the measured peak of live device bytes within 5 % of the replayed peak, which fits the
     budget and is below the no-remat peak."""
-    from dropin import plain_dag_loss
-    from test_executor import run_and_check
+    from helpers.checks import run_and_check
+    from helpers.dropin import plain_dag_loss
 
     if frontend == "plain-dag":
         loss, params, batch = plain_dag_loss()

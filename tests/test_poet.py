@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from limits import SAFETY_S  # noqa: E402
-from poet_bruteforce import brute_force_energy  # noqa: E402
+from helpers.limits import SAFETY_S  # noqa: E402
+from helpers.poet_bruteforce import brute_force_energy  # noqa: E402
 
 import policies  # noqa: E402
 from policies.poet import Poet  # noqa: E402

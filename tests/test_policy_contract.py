@@ -9,7 +9,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 import policies
 import remat
@@ -201,7 +201,7 @@ class HalveBatch(BasePolicy):
 
 
 def _mlp():
-    from test_fidelity import tanh_chain
+    from helpers.user_models import tanh_chain
 
     return tanh_chain(L=4, B=16, W=32)
 

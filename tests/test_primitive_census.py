@@ -10,14 +10,11 @@ from __future__ import annotations
 import warnings
 from types import SimpleNamespace
 
-import extract_models
-import generated_models
 import jax
 import jax.numpy as jnp
-import mlp_models
 import numpy as np
-import outside_models
 import pytest
+from helpers import extract_models, generated_models, mlp_models, outside_models
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 

@@ -8,19 +8,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from dropin import run_against_jax
-from generated_models import build, specs
+from helpers.checks import assert_same
+from helpers.dropin import run_against_jax
+from helpers.generated_models import build, specs
+from helpers.graphs import fan_and_skip_graph, fan_graph
+from helpers.limits import SAFETY_S
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from limits import SAFETY_S
-from test_executor import assert_same
 
 import policies
 import remat
 from policies.checkmate import Checkmate
 from policies.reorder import check_order, plan_in_program_order, relabel
 from remat.core.errors import InvalidGraphError, InvalidPlanError, RematError
-from remat.core.graph import make_graph
 from remat.core.schedule import replay
 
 
@@ -84,16 +84,6 @@ def test_bad_orders_and_paging_plans_are_refused():
         Checkmate(budget="90%", order="best").plan(g)
 
 
-def fan_graph(k: int = 6):
-    """``k`` big sources ``x_i`` (100 B), each read by a small ``y_i`` (1 B), summed by ``z``;
-    numbered x_1..x_k, y_1..y_k, z: the program order holds every ``x`` at once (peak
-    ``100 k + 1``), the order x_1, y_1, x_2, y_2, ... holds one (peak ~ ``100 + k + 1``)."""
-    names = [f"x{i}" for i in range(k)] + [f"y{i}" for i in range(k)] + ["z"]
-    edges = [(i, k + i) for i in range(k)] + [(k + i, 2 * k) for i in range(k)]
-    sizes = [100] * k + [1] * k + [1]
-    return make_graph(names, edges, out_bytes=sizes, time_s=[1.0] * (2 * k + 1))
-
-
 def test_min_peak_order_fits_without_recomputation_where_the_program_order_cannot():
     g = fan_graph(6)
     b = 300  # the program order peaks at 601 bytes
@@ -134,24 +124,6 @@ def test_min_peak_order_on_a_jax_function_gives_its_gradients():
     assert_same(value, rv)
     assert_same(grads, rg)
     assert stats.peak_bytes_bookkeeping <= b
-
-
-def fan_and_skip_graph(k: int = 6, chain: int = 6):
-    """:func:`fan_graph` (badly numbered) feeding a chain ``c_0 .. c_{chain-1}`` (60 B each)
-    whose last node ``w`` also reads ``c_0``: holding ``c_0`` across the chain peaks at 180 B,
-    recomputing it from ``z`` at 121 B, so a 130 B budget needs recomputation in any order."""
-    names = [f"x{i}" for i in range(k)] + [f"y{i}" for i in range(k)] + ["z"]
-    edges = [(i, k + i) for i in range(k)] + [(k + i, 2 * k) for i in range(k)]
-    sizes = [100] * k + [1] * k + [1]
-    z = 2 * k
-    for j in range(chain):
-        names.append(f"c{j}")
-        edges.append((z if j == 0 else len(names) - 2, len(names) - 1))
-        sizes.append(60)
-    names.append("w")
-    edges += [(len(names) - 2, len(names) - 1), (z + 1, len(names) - 1)]
-    sizes.append(1)
-    return make_graph(names, edges, out_bytes=sizes, time_s=[1.0] * len(names))
 
 
 def test_no_milp_incumbent_in_the_new_order_returns_the_pebbling_plan(monkeypatch):

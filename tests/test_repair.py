@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from limits import SAFETY_S
-from test_checkmate import _random_problem
+from helpers.checkmate_problems import random_problem
+from helpers.limits import SAFETY_S
 
 from remat.core.errors import SolverError
 from solvers.checkmate import min_feasible_budget, solve_checkmate
@@ -37,7 +37,7 @@ def _overshooting_instances():
     out = []
     for seed in range(5):  # (seed 5 gave no overshooting schedule, after 3 s of MILPs)
         for n in (12, 14, 16):
-            P = _random_problem(n, 100 * seed + n, 1.0)
+            P = random_problem(n, 100 * seed + n, 1.0)
             top, lo = P.budget, min_feasible_budget(P)[0]
             for frac in (0.15, 0.5):
                 Pb = P.with_budget(lo + int(frac * (top - lo)))
@@ -90,7 +90,7 @@ def test_repair_with_every_step_free_is_the_exact_optimum(overshooting):
 
 
 def test_repair_of_a_fitting_schedule_and_bad_input():
-    P = _random_problem(10, 7, 1.0)
+    P = random_problem(10, 7, 1.0)
     R, S = checkpoint_all_schedule(P)
     fix = repair_schedule(P, R, S)
     assert fix.status == "fits" and np.array_equal(fix.R, R) and fix.free_steps == 0

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from generated_models import Spec, build
-from mlp_models import mlp_setup, relu_mlp_loss
+from helpers.generated_models import Spec, build
+from helpers.mlp_models import mlp_setup, relu_mlp_loss
 
 import policies
 import remat

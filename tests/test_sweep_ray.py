@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 import remat
 from experiments.harness import DETERMINISTIC, KEY, read_rows, sweep

@@ -13,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from xla_subprocess import run_json
+from helpers.xla_subprocess import run_json
 
 import policies
 import remat

@@ -6,7 +6,7 @@ measured peak matches the simulator's prediction (within 5%) and falls below che
 import jax
 import numpy as np
 import pytest
-from limits import SAFETY_S
+from helpers.limits import SAFETY_S
 
 import policies
 import remat

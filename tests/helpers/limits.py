@@ -38,7 +38,7 @@ def pinned_host_profile():
 
     pinned = dataclasses.replace(
         devices.get("cortex-a72"), name="host", flops_per_s=5e10, memory_bandwidth=3.5e10,
-        calibration=(), source="tests/limits.py: fixed rates, not measured")
+        calibration=(), source="tests/helpers/limits.py: fixed rates, not measured")
     return mock.patch.object(devices, "host_profile", lambda: pinned)
 
 

@@ -285,3 +285,17 @@ def build(spec: Spec):
     make = {"plain": _plain, "linen": _linen, "nnx": _nnx, "equinox": _equinox}[spec.frontend]
     loss, params = make(spec)
     return loss, params, _batch(spec)
+
+
+#: explicit specs run for every front end (``frontend`` filled in): skips, concatenation and a
+#: scanned stack under a loss read by no backward node; a deep plain chain with an MSE head; a
+#: shallow cross-entropy net
+EXAMPLES = (
+    dict(widths=(8, 12, 8, 12, 4), acts=("tanh", "relu", "gelu", "sigmoid", "tanh"),
+         kinds=("dense", "dense", "concat", "add", "dense"), skips=(-1, -1, 0, 1, -1),
+         loss="sumsq", scan=2),
+    dict(widths=(12, 8, 8, 4, 8, 12), acts=("tanh",) * 6, kinds=("dense",) * 6,
+         skips=(-1,) * 6, loss="mse"),
+    dict(widths=(4, 8), acts=("relu", "gelu"), kinds=("dense", "dense"), skips=(-1, -1),
+         loss="xent", scan=3),
+)

@@ -12,7 +12,7 @@ import pytest
 BENCH = Path(
     os.environ.get(
         "REMAT_BENCHMARKS",
-        Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "checkmate-graphs",
+        Path(__file__).resolve().parents[2] / ".." / "shared" / "benchmarks" / "checkmate-graphs",
     )
 )
 FILES = sorted(BENCH.glob("*.json")) if BENCH.is_dir() else []

@@ -7,8 +7,8 @@ from __future__ import annotations
 import warnings
 
 import jax
-from test_executor import assert_same
 
+from helpers.checks import assert_same
 from remat.fidelity import FIDELITY_RTOL, RematFidelityWarning
 
 
