@@ -20,8 +20,8 @@ from policies.checkmate import Checkmate, CheckmateMILP
 from policies.checkpoint_all import CheckpointAll
 from policies.combinators import BestOf, Fallback, Reordered, WarmStarted
 from policies.greedy_remat import GreedyRemat
-from policies.hierarchical import Hierarchical
 from policies.griewank import Griewank
+from policies.hierarchical import Hierarchical
 from policies.jax_policy import JaxPolicy
 from policies.melon import Melon
 from policies.nntrainer import NNTrainer
