@@ -151,9 +151,10 @@ def test_plan_fits_replay_and_is_no_cheaper_than_the_milp_optimum(frac):
     assert replay(g, p).peak_bytes <= b == p.meta["budget"]
     cost = float(p.compute_counts() @ g.costs)
     cm = policies.get("checkmate", budget=b, time_limit=SAFETY_S).plan(g)
-    assert cm.meta["status"] == "optimal"
-    assert cost >= cm.meta["objective"] * (1 - 1e-6)  # the MILP optimises over a superset
-    assert cost <= 1.6 * cm.meta["objective"]  # and the block DP stays close to it
+    # the MILP optimises over a superset of schedules: its proven bound is below any plan's cost
+    # (whether or not it proves optimality within the time limit, so no speed dependence)
+    assert cost >= cm.meta["lower_bound"] * (1 - 1e-6)
+    assert cost <= 1.6 * cm.meta["objective"]  # and the block DP stays close to its plan
 
 
 def test_no_remat_budget_is_checkpoint_all_and_too_small_names_the_minimum():
