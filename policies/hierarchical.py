@@ -16,7 +16,10 @@ The DP's memory model is per block (kept bytes, transients); the plan is then re
 whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
 the returned plan's replayed peak fits the budget and uses it.  ``meta``: ``blocks``,
 ``distinct_blocks``, ``options`` (per distinct block), ``option_status`` (``"optimal"`` when
-every block's options were solved exactly), ``dp_memory`` and ``rounds``.
+every block's options were solved exactly), ``dp_memory``, ``rounds`` and ``regions`` (the
+schedule as nested checkpoint regions, :mod:`remat.core.regions`: the drop-in applies the plan
+as one ``jax.checkpoint`` per block saving the option's kept values by name, nested where the
+DP recomputes blocks recursively).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from solvers.hierarchical import (
     BlockChainCosts,
     block_chain,
     block_options,
+    block_regions,
     block_steps,
     fill_blocks,
     schedule,
@@ -49,15 +53,17 @@ def chain_costs(graph: Graph, chain, options) -> BlockChainCosts:
     kept = np.zeros((n, width), dtype=np.int64)
     cb = np.full((n, width), np.inf)
     tb = np.zeros((n, width), dtype=np.int64)
+    tk = np.zeros((n, width), dtype=np.int64)
     for b, opts in enumerate(options):
         for j, o in enumerate(opts.options):
             kept[b, j], cb[b, j], tb[b, j] = o.kept, opts.bwd_cost + o.recompute, o.bwd_transient
+            tk[b, j] = o.fwd_transient
     return BlockChainCosts(
         cf=np.array([o.fwd_cost for o in options]),
         wa=np.array([int(graph.sizes[blk.out]) for blk in chain.blocks], dtype=np.int64),
         tf=np.array([o.fwd_transient for o in options], dtype=np.int64),
         nopt=np.array([len(o.options) for o in options], dtype=np.int64),
-        kept=kept, cb=cb, tb=tb)
+        kept=kept, cb=cb, tb=tb, tk=tk)
 
 
 @register("hierarchical")
@@ -106,7 +112,8 @@ class Hierarchical(BasePolicy):
 
     def _plan_at(self, graph, chain, options, table, memory):
         sched = schedule(table, memory)
-        plan = plan_from_steps(graph, block_steps(chain, options, sched.ops), policy=self.name)
+        plan = plan_from_steps(graph, block_steps(graph, chain, options, sched.ops), policy=self.name)
+        plan = plan.with_meta(regions=block_regions(chain, options, sched.tree))
         return plan, replay(graph, plan).peak_bytes, sched
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:

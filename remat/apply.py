@@ -67,7 +67,7 @@ from remat.fidelity import (
     realised_residual_bytes,
     scan_decisions,
 )
-from remat.interpreter import as_function, interpreter
+from remat.interpreter import as_function, interpreter, plan_segments_of
 from remat.offload import plan_offload
 from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
 from remat.segments import Segment, plan_segments
@@ -228,13 +228,8 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
                        as_function(interpreter(prog.forward, segs), abstract, prog.fwd_out_tree), 0.0)
     if plan.R.shape[1] != graph.n:
         raise InvalidPlanError(f"plan has {plan.R.shape[1]} columns, graph has {graph.n} nodes")
-    nfwd = int((~graph.is_backward_array).sum())
-    counts = plan.R.sum(axis=0)[:nfwd]
     decisions = scan_decisions(prog, plan)
-    # a scan planner's plan runs the rest without trimming kept segments (its model counts
-    # JAX's own residuals there)
-    trim = bool(plan.meta.get("trim_segments", not decisions))
-    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+    segs = plan_segments_of(graph, plan)
     off = plan_offload(graph, plan, segs, jax.default_backend())
     remat_fn = as_function(interpreter(prog.forward, segs, scans=decisions, offload=off.tags),
                            abstract, prog.fwd_out_tree)
@@ -247,7 +242,7 @@ def _realise(graph, plan, abstract, *, has_aux) -> Applied:
     )
     loss_only = remat_fn if not has_aux else (lambda *a: remat_fn(*a)[0])
     realised = realised_residual_bytes(loss_only, abstract)
-    predicted = predicted_residual_bytes(graph, plan)
+    predicted = predicted_residual_bytes(graph, plan, segs)
     notes, warns = fidelity_notes(graph, plan, segs, predicted, realised)
     decided = [d for d, _ in decisions.values()]
     if decided:

@@ -18,6 +18,7 @@ import numpy as np
 from remat._jax_compat import saved_residuals
 from remat.core.errors import InvalidPlanError, RematWarning, format_bytes
 from remat.core.scan_plan import aval_bytes
+from remat.frontend import Lit
 from remat.scans import scan_nodes
 from remat.segments import Segment
 
@@ -45,14 +46,17 @@ def scan_decisions(prog, plan) -> dict:
     return out
 
 
-def predicted_residual_bytes(graph, plan) -> int:
+def predicted_residual_bytes(graph, plan, segs: tuple[Segment, ...] | None = None) -> int:
     """Bytes the plan keeps from the forward pass for later use: outputs of forward nodes the
     plan computes once that a backward node or a recomputed forward node reads (the saved
     residuals of the rematerialized function, in the graph's model).  A scan with a decision
     keeps :meth:`remat.scans.ScanBody.cost` ``residual_bytes`` instead of JAX's stacked
-    residuals."""
+    residuals.  A plan with checkpoint regions (``segs`` from them) keeps the inputs of its
+    top-level regions and the values they save that a backward node reads."""
 
     prog = graph.program
+    if segs is not None and plan.meta.get("regions"):
+        return _region_residual_bytes(graph, segs)
     counts = plan.R.sum(axis=0)
     is_bwd = graph.is_backward_array
     later = is_bwd | (counts >= 2)
@@ -71,6 +75,24 @@ def predicted_residual_bytes(graph, plan) -> int:
                 seen.add(v)
                 total += aval_bytes(prog.avals[v])
     return total
+
+
+def _region_residual_bytes(graph, segs) -> int:
+    prog = graph.program
+    eqns = prog.forward.eqns
+    made = {o: k for k, e in enumerate(eqns) for o in e.outs}
+    is_bwd = graph.is_backward_array
+    succs = graph.succs
+    kept: set[int] = set()
+    for s in segs:
+        if not s.remat:
+            continue
+        for e in eqns[s.start:s.stop]:
+            kept.update(r for r in e.ins if not isinstance(r, Lit) and made.get(r, s.start) < s.start)
+        for k in s.saves or ():
+            if any(is_bwd[d] for d in succs[int(prog.fwd_node[k])]):
+                kept.update(eqns[k].outs)
+    return int(sum(aval_bytes(prog.avals[v]) for v in kept))
 
 
 def realised_residual_bytes(fn, args) -> int:
@@ -169,7 +191,7 @@ def fidelity_notes(graph, plan, segs, predicted: int, realised: int) -> tuple[li
         for node in s.nodes:
             seg_of.setdefault(node, j)
     crossing = 0
-    for d in np.flatnonzero(fwd).tolist():
+    for d in ([] if plan.meta.get("regions") else np.flatnonzero(fwd).tolist()):
         for v in prog.node_inputs[d]:
             p = prog.producer[v][0]
             if fwd[p] and counts[p] >= 2 and seg_of.get(d, -1) > seg_of.get(p, 1 << 30) \

@@ -10,16 +10,19 @@ from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from remat.core.errors import RematError
+from remat.core.regions import check_regions
 from remat.fidelity import scan_decisions
 from remat.frontend import Lit, bind
 from remat.offload import policy as offload_policy
 from remat.offload import tag, tag_name
 from remat.scans import bind_scan
-from remat.segments import Segment, plan_segments, walk
+from remat.segments import Segment, plan_segments, region_segments, walk
 
-__all__ = ["segment_io", "interpreter", "as_function", "plan_function"]
+__all__ = ["segment_io", "interpreter", "as_function", "plan_function", "plan_segments_of",
+           "saved_name"]
 
 
 def segment_io(eqns, segs: Sequence[Segment], out_refs, consts: set) -> dict:
@@ -65,20 +68,25 @@ def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
     io = segment_io(eqns, segs, forward.out_refs, set(consts))
     nothing = jax.checkpoint_policies.nothing_saveable
 
-    def run(seg_list, env):
+    def run(seg_list, env, tagged=frozenset()):
         for s in seg_list:
             if s.remat:
                 ins, outs = io[(s.start, s.stop, s.level)]
                 paged = tuple(offload.get((s.start, s.stop, s.level), ()))
+                saves = frozenset(s.saves or ())
 
-                def body(*vals, _s=s, _ins=ins, _outs=outs, _paged=paged):
+                def body(*vals, _s=s, _ins=ins, _outs=outs, _paged=paged, _saves=saves):
                     senv = dict(consts)
                     senv.update(zip(_ins, vals))
                     senv.update((v, tag(senv[v], v)) for v in _paged)
-                    run(_s.children, senv)
+                    run(_s.children, senv, _saves)
                     return tuple(senv[o] for o in _outs)
 
-                pol = offload_policy(tag_name(v) for v in paged) if paged else nothing
+                if s.saves is not None:  # a plan's region: save exactly these leaves' outputs
+                    pol = jax.checkpoint_policies.save_only_these_names(
+                        *(saved_name(k) for k in sorted(saves)))
+                else:
+                    pol = offload_policy(tag_name(v) for v in paged) if paged else nothing
                 res = jax.checkpoint(body, policy=pol, prevent_cse=prevent_cse)(
                     *(env[i] for i in ins))
                 env.update(zip(outs, res))
@@ -91,6 +99,8 @@ def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
                     vals = bind_scan(e, ins, dec, k, body=body)
                 else:
                     vals = bind(e, ins, relative=True)
+                if k in tagged:
+                    vals = [_name(v, saved_name(k)) for v in vals]
                 env.update(zip(e.outs, vals))
 
     def fun(*flat_args):
@@ -100,6 +110,23 @@ def interpreter(forward, segs: Sequence[Segment], *, scans: dict | None = None,
         return [r.val if isinstance(r, Lit) else env[r] for r in forward.out_refs]
 
     return fun
+
+
+def saved_name(leaf: int) -> str:
+    """The ``checkpoint_name`` of forward-program equation ``leaf``'s outputs in a region that
+    saves them (:attr:`remat.segments.Segment.saves`)."""
+    return f"remat_leaf{leaf}"
+
+
+def _name(v, name: str):
+    """``checkpoint_name(v, name)`` for a traced non-scalar array (constants, scalars and PRNG
+    keys stay as they are: nothing worth saving, and jax 0.8's ``saved_residuals`` fails on a
+    name given to a scalar the trace inlined as a literal)."""
+    dt = getattr(v, "dtype", None)
+    if not isinstance(v, jax.core.Tracer) or dt is None or not np.shape(v) \
+            or jax.dtypes.issubdtype(dt, jax.dtypes.extended):
+        return v
+    return checkpoint_name(v, name)
 
 
 def as_function(interp, abstract, out_tree) -> Callable:
@@ -115,14 +142,29 @@ def as_function(interp, abstract, out_tree) -> Callable:
     return remat_fn
 
 
+def plan_segments_of(graph, plan) -> tuple[Segment, ...]:
+    """The segment tree of ``plan`` on ``graph``: its checkpoint regions when it carries them
+    (``plan.meta["regions"]``, :func:`remat.segments.region_segments`), else the segments of
+    its compute counts (:func:`remat.segments.plan_segments`)."""
+    prog = graph.program
+    nfwd = int((~graph.is_backward_array).sum())
+    counts = np.asarray(plan.R).sum(axis=0)[:nfwd]
+    regions = plan.meta.get("regions")
+    if regions:
+        check_regions(regions, nfwd)
+        return region_segments(prog.fwd_node, regions, counts)
+    decisions = scan_decisions(prog, plan)
+    # a scan planner's plan runs the rest without trimming kept segments (its model counts
+    # JAX's own residuals there)
+    trim = bool(plan.meta.get("trim_segments", not decisions))
+    return plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+
+
 def plan_function(graph, plan) -> Callable:
     """The forward function the drop-in runs for ``plan`` on ``graph`` (extracted): the forward
     program with the plan's segments, a function of the extraction's argument structure."""
     prog = graph.program
-    nfwd = int((~graph.is_backward_array).sum())
-    counts = np.asarray(plan.R).sum(axis=0)[:nfwd]
     decisions = scan_decisions(prog, plan)
-    trim = bool(plan.meta.get("trim_segments", not decisions))
-    segs = plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+    segs = plan_segments_of(graph, plan)
     return as_function(interpreter(prog.forward, segs, scans=decisions), prog.arg_shapes,
                        prog.fwd_out_tree)

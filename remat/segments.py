@@ -38,7 +38,7 @@ from remat.core.scan_plan import aval_bytes
 from remat.flops import ELEMENTWISE, REDUCTION, ZERO
 from remat.frontend import FlatJaxpr, LeafEqn, Lit
 
-__all__ = ["Segment", "plan_segments", "walk", "cheap_leaf", "safe_leaf"]
+__all__ = ["Segment", "plan_segments", "region_segments", "walk", "cheap_leaf", "safe_leaf"]
 
 _EFFECTS = frozenset({"debug_callback", "pure_callback", "io_callback", "debug_print",
                       "optimization_barrier", "create_token", "after_all", "unreachable"})
@@ -60,6 +60,8 @@ class Segment:
       kept: nodes of ``nodes`` the plan computes at most ``level`` times.
       level: nesting depth (1 = outermost).
       children: the segments inside a checkpointed segment (level + 1).
+      saves: for a checkpointed segment from a plan's regions (:func:`region_segments`): the
+        leaf positions whose outputs its policy saves by name (``None``: nothing saveable).
     """
 
     start: int
@@ -69,6 +71,7 @@ class Segment:
     kept: tuple[int, ...]
     level: int = 1
     children: tuple[Segment, ...] = ()
+    saves: tuple[int, ...] | None = None
 
     @property
     def saved_nodes(self) -> tuple[int, ...]:
@@ -201,4 +204,46 @@ def _segments(lab, cnt, cheap, safe, cross, a: int, b: int, level: int) -> tuple
         else:
             out.append(Segment(s, e, nodes, False, kept, level))
         s = e
+    return tuple(out)
+
+
+def region_segments(leaf_node: Sequence[int], regions, counts: Sequence[int]) -> tuple[Segment, ...]:
+    """The segment tree of a plan's checkpoint regions (:mod:`remat.core.regions`): each region
+    is a checkpointed segment saving the leaves of its ``saves`` nodes by name; leaves outside
+    every region run as is.
+
+    Args:
+      leaf_node: ``int[E]`` forward node of each forward-program equation (non-decreasing).
+      regions: the plan's top-level :class:`~remat.core.regions.CheckpointRegion` tuple.
+      counts: ``int[n_fwd]`` how often the plan computes each forward node (for ``kept``).
+    """
+    lab = np.asarray(leaf_node, dtype=np.int64)
+    cnt = np.asarray(counts, dtype=np.int64)
+    return _region_level(lab, cnt, tuple(regions), 0, len(lab), 1)
+
+
+def _region_level(lab, cnt, regions, a: int, b: int, level: int) -> tuple[Segment, ...]:
+    out: list[Segment] = []
+    pos = a
+
+    def plain(s: int, e: int) -> None:
+        if e > s:
+            nodes = tuple(dict.fromkeys(lab[s:e].tolist()))
+            out.append(Segment(s, e, nodes, False, nodes, level))
+
+    for r in regions:
+        s = int(np.searchsorted(lab, r.start, side="left"))
+        e = int(np.searchsorted(lab, r.stop, side="left"))
+        s, e = max(s, pos), min(e, b)
+        if e <= s:
+            continue
+        plain(pos, s)
+        nodes = tuple(dict.fromkeys(lab[s:e].tolist()))
+        saved = set(int(v) for v in r.saves)
+        saves = tuple(k for k in range(s, e) if int(lab[k]) in saved)
+        kept = tuple(n for n in nodes if cnt[n] <= level)
+        kids = _region_level(lab, cnt, r.children, s, e, level + 1)
+        out.append(Segment(s, e, nodes, True, kept, level, kids, saves))
+        pos = e
+    plain(pos, b)
     return tuple(out)

@@ -13,9 +13,9 @@ from solvers.hierarchical.dp import (
     schedule,
     solve_blocks,
 )
-from solvers.hierarchical.emit import block_steps
+from solvers.hierarchical.emit import block_regions, block_steps
 from solvers.hierarchical.options import BlockOption, BlockOptions, block_options
 
 __all__ = ["Block", "BlockChain", "block_chain", "BlockChainCosts", "BlockSchedule", "BlockTable", "fill_blocks", "schedule",
            "solve_blocks",
-           "block_steps", "BlockOption", "BlockOptions", "block_options"]
+           "block_steps", "block_regions", "BlockOption", "BlockOptions", "block_options"]

@@ -3,23 +3,29 @@ r"""Rotor's dynamic programme over a chain of blocks, one option per block (Rock
 Beaumont et al. 2019 ("Optimal checkpointing for heterogeneous chains") solve a chain whose
 stages either keep all their activations (``F_all``) or only their output (``F_ck``); Rockmate
 (Zhao et al. 2023) replaces ``F_all`` by a choice among each block's options.  Here block
-``l`` has forward cost ``cf_l``, output bytes ``wa_l``, forward transient ``tf_l`` and options
-``o`` with kept bytes ``kept_{l,o}`` (``a_l`` included), backward cost ``cb_{l,o}`` (its
-backward plus its recomputation) and backward transient ``tb_{l,o}``
-(:mod:`solvers.hierarchical.options`).  ``Opt(s, t, m)`` is the least cost of running blocks
-``s..t`` forward from the stored ``a_{s-1}`` and back to ``delta_{s-1}`` within ``m`` bytes
-besides ``a_{s-1}`` and ``delta_t`` (held by the caller)::
+``l`` has forward cost ``cf_l``, output bytes ``a_l`` (``wa``; its cotangent ``delta_l`` is
+taken as ``a_l`` bytes), forward transient ``tf_l`` (peak of its forward beyond its input,
+keeping only ``a_l``) and options ``o`` (:mod:`solvers.hierarchical.options`) with kept bytes
+``K_{l,o}`` (``a_l`` included), forward transient ``tk_{l,o}`` (keeping ``K_{l,o}``), backward
+cost ``cb_{l,o}`` (its backward plus its recomputation) and backward transient ``tb_{l,o}``
+(beyond ``K_{l,o}`` and ``a_{l-1}``: recomputed values, ``delta_l`` in, ``delta_{l-1}`` out).
 
-    Opt(s, t, m) = min( min_o  cf_s + Opt(s+1, t, m - kept_{s,o}) + cb_{s,o}
-                               [m >= kept_{s,o} + max(tf_s, tb_{s,o})],
-                        min_{s < s' <= t}  sum_{k=s}^{s'-1} cf_k + Opt(s', t, m - wa_{s'-1})
-                                           + Opt(s, s'-1, m - wa_{s'-1})
-                               [m >= wa_{s'-1} + max_{s<=k<s'} tf_k] )
+``Opt(s, t, m)`` is the least cost of running blocks ``s..t`` forward from the stored
+``a_{s-1}`` and back from ``delta_t`` to ``delta_{s-1}`` with at most ``m`` bytes held at any
+time, ``a_{s-1}`` and ``delta_t`` included (``a_{-1}``, the batch, counts 0)::
 
-with ``Opt(t+1, t, m) = 0``; ``delta_{s'-1}`` is taken as ``wa_{s'-1}`` bytes.  Memory is
-counted in ``levels`` units of ``ceil(m_max / levels)`` bytes, sizes rounded up (a plan the
-table accepts fits its model); one fill answers every memory up to ``m_max``.  The fill is ``O(n^3 levels)`` for ``n`` blocks, compiled with
-numba; the schedule is read back from the choice table as block operations.
+    Opt(s, t, m) = min( min_o  cf_s + cb_{s,o} + Opt(s+1, t, m - a_{s-1} - K_{s,o} + a_s)
+                               [m >= a_{s-1} + max(delta_t + tk_{s,o}, K_{s,o} + tb_{s,o})],
+                        min_{s < s' <= t}  sum_{k=s}^{s'-1} cf_k + Opt(s', t, m - a_{s-1})
+                                           + Opt(s, s'-1, m)
+                               [m >= a_{s-1} + delta_t + max_{s<=k<s'} ([k>s] a_{k-1} + tf_k)] )
+
+with ``Opt(t+1, t, m) = 0``: the first runs block ``s`` keeping ``K_{s,o}`` and its input, the
+second runs blocks ``s..s'-1`` keeping only ``a_{s'-1}`` and runs them again for their
+backward (recursive checkpointing).  Memory is counted in ``levels`` units of
+``ceil(m_max / levels)`` bytes, sizes rounded up (a plan the table accepts fits its model); one
+fill answers every memory up to ``m_max``.  The fill is ``O(n^3 levels)`` for ``n`` blocks,
+compiled with numba; the schedule is read back from the choice table as block operations.
 """
 
 from __future__ import annotations
@@ -50,58 +56,65 @@ class BlockChainCosts:
     kept: np.ndarray  # int64[n, O]
     cb: np.ndarray  # float64[n, O]
     tb: np.ndarray  # int64[n, O]
+    tk: np.ndarray  # int64[n, O]
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSchedule:
     """``ops``: ``(kind, block, option)`` in execution order (``option`` -1 for ``F_CK``);
-    ``cost``: the DP's cost; ``memory``: the budget (bytes) the table was filled for."""
+    ``cost``: the DP's cost; ``memory``: the budget (bytes) the table was filled for;
+    ``tree``: the recursion as nested items, ``(F_OPT, b, o)`` (block ``b`` run with option
+    ``o``) or ``(F_CK, s, s', subtree)`` (blocks ``s..s'-1`` run keeping only ``a_{s'-1}``,
+    then again as ``subtree`` for their backward), in forward order."""
 
     ops: tuple[tuple[int, int, int], ...]
     cost: float
     memory: int
+    tree: tuple = ()
 
 
 @njit(cache=True)
-def _fill(cf, wa, tf, nopt, kept, cb, tb, M):  # pragma: no cover - compiled
+def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, M):  # pragma: no cover - compiled
     n = cf.shape[0]
     cost = np.full((n, n, M + 1), np.inf)
     choice = np.zeros((n, n, M + 1), dtype=np.int32)
     for d in range(n):
         for s in range(n - d):
             t = s + d
+            ain = wa[s - 1] if s > 0 else 0
+            dt = wa[t]
             for m in range(M + 1):
                 best = np.inf
                 ch = 0
                 for o in range(nopt[s]):
                     k = kept[s, o]
-                    need = k + max(tf[s], tb[s, o])
-                    if m < need:
+                    if m < ain + dt + tk[s, o] or m < ain + k + tb[s, o]:
                         continue
                     if d == 0:
                         c = cf[s] + cb[s, o]
                     else:
-                        sub = cost[s + 1, t, m - k]
+                        sub = cost[s + 1, t, m - ain - k + wa[s]]
                         if sub == np.inf:
                             continue
                         c = cf[s] + sub + cb[s, o]
                     if c < best:
                         best = c
                         ch = -(o + 1)
-                if d > 0:
+                if d > 0 and m >= ain:
                     fsum = 0.0
                     tmax = 0
                     for sp in range(s + 1, t + 1):
-                        fsum += cf[sp - 1]
-                        if tf[sp - 1] > tmax:
-                            tmax = tf[sp - 1]
-                        w = wa[sp - 1]
-                        if m < w + tmax:
-                            continue
-                        a = cost[sp, t, m - w]
+                        k = sp - 1
+                        fsum += cf[k]
+                        need = tf[k] + (wa[k - 1] if k > s else 0)
+                        if need > tmax:
+                            tmax = need
+                        if m < ain + dt + tmax:
+                            break
+                        a = cost[sp, t, m - ain]
                         if a == np.inf:
                             continue
-                        b = cost[s, sp - 1, m - w]
+                        b = cost[s, sp - 1, m]
                         if b == np.inf:
                             continue
                         c = fsum + a + b
@@ -145,7 +158,8 @@ def fill_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> Bl
     wa = _units(costs.wa, unit)
     cost, choice = _fill(np.asarray(costs.cf, np.float64), wa, _units(costs.tf, unit),
                          np.asarray(costs.nopt, np.int64), kept,
-                         np.asarray(costs.cb, np.float64), _units(costs.tb, unit), levels)
+                         np.asarray(costs.cb, np.float64), _units(costs.tb, unit),
+                         _units(costs.tk, unit), levels)
     return BlockTable(cost, choice, unit, kept, wa)
 
 
@@ -172,19 +186,37 @@ def schedule(table: BlockTable, memory: int) -> BlockSchedule:
         if s > t:
             continue
         ch = int(choice[s, t, m])
+        ain = int(wa[s - 1]) if s > 0 else 0
         if ch < 0:
             o = -ch - 1
             ops.append((F_OPT, s, o))
             stack.append((BWD, s, o, None))
-            stack.append((s + 1, t, m - int(kept[s, o])))
+            stack.append((s + 1, t, m - ain - int(kept[s, o]) + int(wa[s])))
         else:
             sp = ch
             for k in range(s, sp):
                 ops.append((F_CK, k, -1))
-            w = int(wa[sp - 1])
-            stack.append((s, sp - 1, m - w))
-            stack.append((sp, t, m - w))
-    return BlockSchedule(tuple(ops), float(cost[0, n - 1, M]), int(M * table.unit))
+            stack.append((s, sp - 1, m))
+            stack.append((sp, t, m - ain))
+    return BlockSchedule(tuple(ops), float(cost[0, n - 1, M]), int(M * table.unit),
+                         _tree(choice, kept, wa, 0, n - 1, M))
+
+
+def _tree(choice, kept, wa, s: int, t: int, m: int) -> tuple:
+    """The read-back of ``Opt(s, t, m)`` as nested items (see :class:`BlockSchedule`)."""
+    items: list[tuple] = []
+    while s <= t:
+        ch = int(choice[s, t, m])
+        ain = int(wa[s - 1]) if s > 0 else 0
+        if ch < 0:
+            o = -ch - 1
+            items.append((F_OPT, s, o))
+            m = m - ain - int(kept[s, o]) + int(wa[s])
+            s += 1
+        else:
+            items.append((F_CK, s, ch, _tree(choice, kept, wa, s, ch - 1, m)))
+            s, m = ch, m - ain
+    return tuple(items)
 
 
 def solve_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> BlockSchedule:
@@ -197,9 +229,10 @@ def solve_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> B
 
 
 def _min_memory(costs: BlockChainCosts) -> int:
-    """A memory at which the DP surely has a schedule: every block kept with its smallest
-    option plus the largest transient."""
+    """A memory at which the DP surely has a schedule: every block kept with its largest
+    option plus the largest transient and two boundary values."""
     n = len(costs.cf)
-    small = [int(costs.kept[b, :costs.nopt[b]].min()) for b in range(n)]
-    tb = [int(costs.tb[b, :costs.nopt[b]].max()) for b in range(n)]
-    return int(sum(small) + max(max(costs.tf), max(tb)))
+    big = [int(costs.kept[b, :costs.nopt[b]].max()) for b in range(n)]
+    tr = [max(int(costs.tb[b, :costs.nopt[b]].max()), int(costs.tk[b, :costs.nopt[b]].max()))
+          for b in range(n)]
+    return int(sum(big) + max(max(costs.tf), max(tr)) + 2 * int(np.max(costs.wa)))

@@ -11,6 +11,7 @@ the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Che
 * ``bwd_transient``: the peak bytes of the block's backward beyond ``K``: recomputed values,
   the incoming and outgoing cotangents and the backward's own values, each freed after its last
   reader in the block;
+* ``fwd_transient``: the peak bytes of the block's forward beyond its input, ``K`` held to its end;
 
 and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept.
 
@@ -36,7 +37,7 @@ import numpy as np
 from remat.core.graph import Graph
 from solvers.hierarchical.blocks import Block
 
-__all__ = ["BlockOption", "BlockOptions", "block_options"]
+__all__ = ["BlockOption", "BlockOptions", "block_options", "lazy_order"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -50,6 +51,7 @@ class BlockOption:
     recompute: float
     recompute_flops: float
     bwd_transient: int
+    fwd_transient: int
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,6 +106,32 @@ def _transient(graph: Graph, seq: list[int], start_live: dict[int, int], stay: s
     return int(peak)
 
 
+def lazy_order(graph: Graph, rec: list[int], bwd: list[int]) -> list[int]:
+    """``rec + bwd`` with each recomputed value moved to just before the first backward node
+    that needs it (directly or through other recomputed values), as a memory-aware scheduler
+    places the recomputation; node ids are topological, so the order stays one."""
+    rset = set(rec)
+    preds = graph.preds
+    first = {u: len(bwd) for u in rec}
+    for i, v in enumerate(bwd):
+        for p in preds[v]:
+            if p in rset and first[p] > i:
+                first[p] = i
+    for u in sorted(rec, reverse=True):
+        for p in preds[u]:
+            if p in rset and first[p] > first[u]:
+                first[p] = first[u]
+    at: dict[int, list[int]] = {}
+    for u in sorted(rec):
+        at.setdefault(first[u], []).append(u)
+    out: list[int] = []
+    for i, v in enumerate(bwd):
+        out.extend(at.get(i, ()))
+        out.append(v)
+    out.extend(at.get(len(bwd), ()))
+    return out
+
+
 def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> BlockOption:
     out = block.out
     keep = set(keep) | {out}
@@ -111,7 +139,7 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
     rec = _recompute_set(graph, block, keep, avail_out)
     local = {int(v): i for i, v in enumerate(block.fwd)}
     costs, flops, sizes = graph.costs, graph.flops_array, graph.sizes
-    seq = rec + [int(v) for v in block.bwd]
+    seq = lazy_order(graph, rec, [int(v) for v in block.bwd])
     incoming = {}
     for v in block.bwd:
         for p in graph.preds[int(v)]:
@@ -127,6 +155,7 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
         recompute=float(costs[rec].sum()) if rec else 0.0,
         recompute_flops=float(flops[rec].sum()) if rec else 0.0,
         bwd_transient=_transient(graph, seq, incoming, stay),
+        fwd_transient=_transient(graph, [int(v) for v in block.fwd], {}, keep),
     )
 
 

@@ -1,0 +1,54 @@
+"""Checkpoint regions: how a plan over an equation-granularity graph asks to be applied.
+
+A plan states *what* each step computes (``Plan.R``).  A policy that planned nested
+checkpoints with chosen saved values (:class:`policies.Hierarchical`) can also say *how* the
+drop-in realises it, as a tree of regions over forward node ids: region ``[start, stop)`` runs
+under one ``jax.checkpoint`` whose policy saves exactly the outputs of ``saves`` (tagged with
+``checkpoint_name``) and recomputes the rest of the region in its backward; ``children`` are
+regions nested inside it, re-run with their own policies when the outer region is recomputed
+(rotor's recursive checkpointing).  Plans carry them as ``plan.meta["regions"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from remat.core.errors import InvalidPlanError
+
+__all__ = ["CheckpointRegion", "check_regions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointRegion:
+    """Forward nodes ``[start, stop)`` under one ``jax.checkpoint``.
+
+    Attributes:
+      start, stop: forward node ids (forward nodes are ``0 .. n_fwd - 1`` in program order).
+      saves: node ids in ``[start, stop)`` whose outputs the checkpoint saves; every other
+        value of the region is recomputed in its backward from its inputs and these.
+      children: disjoint, ordered regions inside ``[start, stop)``.
+    """
+
+    start: int
+    stop: int
+    saves: tuple[int, ...] = ()
+    children: tuple[CheckpointRegion, ...] = ()
+
+
+def check_regions(regions: Sequence[CheckpointRegion], n_fwd: int, lo: int = 0,
+                  hi: int | None = None) -> None:
+    """Raise :class:`InvalidPlanError` unless ``regions`` are ordered, disjoint, inside
+    ``[lo, hi)`` (``hi`` defaults to ``n_fwd``), save only their own nodes and nest properly."""
+    hi = n_fwd if hi is None else hi
+    prev = lo
+    for r in regions:
+        if not (prev <= r.start < r.stop <= hi):
+            raise InvalidPlanError(f"checkpoint region [{r.start}, {r.stop}) is not ordered, "
+                                   f"disjoint and inside [{lo}, {hi})")
+        bad = [s for s in r.saves if not r.start <= s < r.stop]
+        if bad:
+            raise InvalidPlanError(f"checkpoint region [{r.start}, {r.stop}) saves nodes "
+                                   f"outside it: {bad[:5]}")
+        check_regions(r.children, n_fwd, r.start, r.stop)
+        prev = r.stop
