@@ -17,6 +17,13 @@ at another JAX version writes ``compiled_budget_jax<version>.csv``)::
         --out experiments/results/compiled_budget_jax0.12.0.1.csv
 
 Shown on ``docs/results/compiled_memory.md``.
+
+The hierarchical policy's rows (#35, must-show 1: the drop-in at 50% on these models)::
+
+    python experiments/compiled_budget_report.py --policies hierarchical --pcts 50 \
+        --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv
+
+shown on ``docs/results/hierarchical.md``.
 """
 
 from __future__ import annotations
@@ -97,6 +104,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--policies", nargs="*", default=None,
+                    help="registered policy names (default: checkmate, and scan_layers on the "
+                         "scanned model)")
+    ap.add_argument("--pcts", nargs="*", type=int, default=list(PCTS))
     a = ap.parse_args(argv)
     import jax
 
@@ -109,9 +120,10 @@ def main(argv=None) -> None:
         for name in names:
             loss, params, batch = MODELS[name]()
             ref = jax.jit(jax.value_and_grad(loss))(params, batch)
-            pols = ["checkmate"] + (["scan_layers"] if name == "scan_transformer" else [])
+            pols = a.policies or (
+                ["checkmate"] + (["scan_layers"] if name == "scan_transformer" else []))
             for pol in pols:
-                for pct in PCTS:
+                for pct in a.pcts:
                     row = _row(name, pol, pct, loss, params, batch, ref)
                     w.writerow(row)
                     fh.flush()

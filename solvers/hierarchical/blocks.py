@@ -3,11 +3,12 @@
 A *cut* after forward node ``p`` (forward nodes in topological order) is a point where ``p`` is
 the only forward value computed so far that a later forward node still reads: the residual
 stream of a transformer or ResNet between blocks, the activation between two MLP layers.
-Cheap roots (forward nodes that read no other forward node and cost at most a FLOP per output
-byte: parameter casts and transposes, masks from ``iota``) are recomputable from the arguments
-alone and do not break a cut; one that a later block reads is *pinned* (kept from its forward
-computation).  A root with real work (the first layer's contraction of the batch) is an
-activation like any other.
+*Free* nodes (forward nodes that cost at most a FLOP per output byte and read only free
+forward values: parameter casts and transposes, a causal mask from ``iota`` and comparisons,
+an embedding lookup) are recomputable from the arguments alone and do not break a cut; one that
+a later block reads is *pinned* (kept from its forward computation).  A node with real work
+(the first layer's contraction of the batch) and everything after it is an activation like any
+other.
 A long skip (a U-Net's, a DenseNet's concatenations) leaves no cut inside what it spans, so
 those nodes form one block.
 
@@ -133,8 +134,10 @@ def block_chain(graph: Graph) -> BlockChain:
         raise InvalidGraphError("no forward node to cut into blocks")
     preds = graph.preds
     flops, sizes = graph.flops_array, graph.sizes
-    roots = np.array([v for v in fwd if not any(not bwd_mask[p] for p in preds[v])
-                      and flops[v] <= sizes[v]], dtype=np.int64)
+    free = np.zeros(graph.n, dtype=bool)
+    for v in fwd:  # topological: cheap, and every forward value it reads is free
+        free[v] = flops[v] <= sizes[v] and all(bwd_mask[p] or free[p] for p in preds[v])
+    roots = np.flatnonzero(free)
     cuts = _cuts(graph, fwd, roots)
     block_of = np.full(graph.n, -1, dtype=np.int64)
     starts = np.searchsorted(fwd, [-1] + cuts[:-1], side="right")

@@ -8,19 +8,23 @@ taken as ``a_l`` bytes), forward transient ``tf_l`` (peak of its forward beyond 
 keeping only ``a_l``) and options ``o`` (:mod:`solvers.hierarchical.options`) with kept bytes
 ``K_{l,o}`` (``a_l`` included), forward transient ``tk_{l,o}`` (keeping ``K_{l,o}``), backward
 cost ``cb_{l,o}`` (its backward plus its recomputation) and backward transient ``tb_{l,o}``
-(beyond ``K_{l,o}`` and ``a_{l-1}``: recomputed values, ``delta_l`` in, ``delta_{l-1}`` out).
+(beyond what it holds: recomputed values, ``delta_l`` in, ``delta_{l-1}`` out); the backward
+holds ``Kb_{l,o}`` of the kept bytes (``a_l`` only if it reads it) and ``a_{l-1}`` only if it
+reads it (``i_{l,o} = 1``).
 
 ``Opt(s, t, m)`` is the least cost of running blocks ``s..t`` forward from the stored
 ``a_{s-1}`` and back from ``delta_t`` to ``delta_{s-1}`` with at most ``m`` bytes held at any
 time, ``a_{s-1}`` and ``delta_t`` included (``a_{-1}``, the batch, counts 0)::
 
-    Opt(s, t, m) = min( min_o  cf_s + cb_{s,o} + Opt(s+1, t, m - a_{s-1} - K_{s,o} + a_s)
-                               [m >= a_{s-1} + max(delta_t + tk_{s,o}, K_{s,o} + tb_{s,o})],
+    Opt(s, t, m) = min( min_o  cf_s + cb_{s,o} + Opt(s+1, t, m - i_{s,o} a_{s-1} - K_{s,o} + a_s)
+                               [m >= a_{s-1} + delta_t + tk_{s,o},
+                                m >= i_{s,o} a_{s-1} + Kb_{s,o} + tb_{s,o}],
                         min_{s < s' <= t}  sum_{k=s}^{s'-1} cf_k + Opt(s', t, m - a_{s-1})
                                            + Opt(s, s'-1, m)
                                [m >= a_{s-1} + delta_t + max_{s<=k<s'} ([k>s] a_{k-1} + tf_k)] )
 
-with ``Opt(t+1, t, m) = 0``: the first runs block ``s`` keeping ``K_{s,o}`` and its input, the
+with ``Opt(t+1, t, m) = 0``: the first runs block ``s`` keeping ``K_{s,o}`` (and its input if
+its backward reads it), the
 second runs blocks ``s..s'-1`` keeping only ``a_{s'-1}`` and runs them again for their
 backward (recursive checkpointing).  Memory is counted in ``levels`` units of
 ``ceil(m_max / levels)`` bytes, sizes rounded up (a plan the table accepts fits its model); one
@@ -57,6 +61,8 @@ class BlockChainCosts:
     cb: np.ndarray  # float64[n, O]
     tb: np.ndarray  # int64[n, O]
     tk: np.ndarray  # int64[n, O]
+    kb: np.ndarray  # int64[n, O]
+    kin: np.ndarray  # bool[n, O]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +80,7 @@ class BlockSchedule:
 
 
 @njit(cache=True)
-def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, M):  # pragma: no cover - compiled
+def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, M):  # pragma: no cover - compiled
     n = cf.shape[0]
     cost = np.full((n, n, M + 1), np.inf)
     choice = np.zeros((n, n, M + 1), dtype=np.int32)
@@ -88,12 +94,13 @@ def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, M):  # pragma: no cover - compiled
                 ch = 0
                 for o in range(nopt[s]):
                     k = kept[s, o]
-                    if m < ain + dt + tk[s, o] or m < ain + k + tb[s, o]:
+                    hold = ain if kin[s, o] else 0
+                    if m < ain + dt + tk[s, o] or m < hold + kb[s, o] + tb[s, o]:
                         continue
                     if d == 0:
                         c = cf[s] + cb[s, o]
                     else:
-                        sub = cost[s + 1, t, m - ain - k + wa[s]]
+                        sub = cost[s + 1, t, m - hold - k + wa[s]]
                         if sub == np.inf:
                             continue
                         c = cf[s] + sub + cb[s, o]
@@ -139,6 +146,7 @@ class BlockTable:
     unit: int
     kept: np.ndarray  # int64[n, O] kept bytes in units
     wa: np.ndarray  # int64[n] output bytes in units
+    kin: np.ndarray  # bool[n, O] the option's backward reads the block input
 
     @property
     def min_memory(self) -> float:
@@ -159,8 +167,9 @@ def fill_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> Bl
     cost, choice = _fill(np.asarray(costs.cf, np.float64), wa, _units(costs.tf, unit),
                          np.asarray(costs.nopt, np.int64), kept,
                          np.asarray(costs.cb, np.float64), _units(costs.tb, unit),
-                         _units(costs.tk, unit), levels)
-    return BlockTable(cost, choice, unit, kept, wa)
+                         _units(costs.tk, unit), _units(costs.kb, unit),
+                         np.asarray(costs.kin, np.bool_), levels)
+    return BlockTable(cost, choice, unit, kept, wa, np.asarray(costs.kin, np.bool_))
 
 
 def schedule(table: BlockTable, memory: int) -> BlockSchedule:
@@ -191,7 +200,8 @@ def schedule(table: BlockTable, memory: int) -> BlockSchedule:
             o = -ch - 1
             ops.append((F_OPT, s, o))
             stack.append((BWD, s, o, None))
-            stack.append((s + 1, t, m - ain - int(kept[s, o]) + int(wa[s])))
+            hold = ain if table.kin[s, o] else 0
+            stack.append((s + 1, t, m - hold - int(kept[s, o]) + int(wa[s])))
         else:
             sp = ch
             for k in range(s, sp):
@@ -199,10 +209,10 @@ def schedule(table: BlockTable, memory: int) -> BlockSchedule:
             stack.append((s, sp - 1, m))
             stack.append((sp, t, m - ain))
     return BlockSchedule(tuple(ops), float(cost[0, n - 1, M]), int(M * table.unit),
-                         _tree(choice, kept, wa, 0, n - 1, M))
+                         _tree(choice, kept, wa, table.kin, 0, n - 1, M))
 
 
-def _tree(choice, kept, wa, s: int, t: int, m: int) -> tuple:
+def _tree(choice, kept, wa, kin, s: int, t: int, m: int) -> tuple:
     """The read-back of ``Opt(s, t, m)`` as nested items (see :class:`BlockSchedule`)."""
     items: list[tuple] = []
     while s <= t:
@@ -211,10 +221,10 @@ def _tree(choice, kept, wa, s: int, t: int, m: int) -> tuple:
         if ch < 0:
             o = -ch - 1
             items.append((F_OPT, s, o))
-            m = m - ain - int(kept[s, o]) + int(wa[s])
+            m = m - (ain if kin[s, o] else 0) - int(kept[s, o]) + int(wa[s])
             s += 1
         else:
-            items.append((F_CK, s, ch, _tree(choice, kept, wa, s, ch - 1, m)))
+            items.append((F_CK, s, ch, _tree(choice, kept, wa, kin, s, ch - 1, m)))
             s, m = ch, m - ain
     return tuple(items)
 

@@ -12,6 +12,10 @@ the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Che
   the incoming and outgoing cotangents and the backward's own values, each freed after its last
   reader in the block;
 * ``fwd_transient``: the peak bytes of the block's forward beyond its input, ``K`` held to its end;
+* ``bwd_kept``: the bytes of ``K`` its backward still reads (``a_b`` only when read there: the
+  next block consumes it otherwise);
+* ``needs_input``: whether its backward or recomputation reads the block input ``a_{b-1}``
+  (otherwise the input is freed once the block's forward has run);
 
 and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept.
 
@@ -52,6 +56,8 @@ class BlockOption:
     recompute_flops: float
     bwd_transient: int
     fwd_transient: int
+    bwd_kept: int = 0
+    needs_input: bool = True
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -148,6 +154,9 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
     in_seq = set(seq)
     stay = {v for v in seq if any(s not in in_seq and s > v for s in graph.succs[v])}
     kept_b = int(sizes[sorted(keep)].sum())
+    reads_out = out in set(int(u) for u in block.reads) or any(
+        out in graph.preds[v] for v in rec)
+    needs_input = block.inp >= 0 and any(block.inp in graph.preds[v] for v in seq)
     return BlockOption(
         kept_nodes=tuple(sorted(local[v] for v in keep)),
         recomputed=tuple(local[v] for v in rec),
@@ -156,6 +165,8 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
         recompute_flops=float(flops[rec].sum()) if rec else 0.0,
         bwd_transient=_transient(graph, seq, incoming, stay),
         fwd_transient=_transient(graph, [int(v) for v in block.fwd], {}, keep),
+        bwd_kept=kept_b - (0 if reads_out else int(sizes[out])),
+        needs_input=bool(needs_input),
     )
 
 
@@ -165,7 +176,9 @@ def _pareto(opts: list[BlockOption]) -> list[BlockOption]:
     out: list[BlockOption] = []
     for o in opts:
         if any(p.kept <= o.kept and p.recompute <= o.recompute and
-               p.bwd_transient <= o.bwd_transient for p in out):
+               p.bwd_transient <= o.bwd_transient and p.bwd_kept <= o.bwd_kept and
+               p.needs_input <= o.needs_input and p.fwd_transient <= o.fwd_transient
+               for p in out):
             continue
         out.append(o)
     return out
