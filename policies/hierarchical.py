@@ -12,6 +12,10 @@ The recommended policy for "make it fit, as fast as possible".  Three steps:
    and which block boundaries to checkpoint for recursive recomputation, least compute cost
    within the memory.
 
+A ``lax.scan`` is one node of its block; the blocks are planned around each of a few points of
+the scan's Pareto front of per-iteration options (ScanLayers' option generator,
+:func:`policies.scan_layers.scan_front`), and the cheapest plan wins (``meta["scans"]``).
+
 The DP's memory model is per block (kept bytes, transients); the plan is then replayed on the
 whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
 the returned plan's replayed peak fits the budget and uses it.  ``meta``: ``blocks``,
@@ -25,15 +29,18 @@ DP recomputes blocks recursively).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import ClassVar
 
 import numpy as np
 
 from policies.base import BasePolicy, PolicyContext, register
 from policies.from_checkpoints import plan_from_steps
+from policies.scan_layers import anchor_units, scan_front
 from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
+from remat.core.scan_plan import adjusted_graph, scan_nodes
 from remat.core.schedule import replay
 from solvers.hierarchical import (
     BlockChainCosts,
@@ -79,6 +86,9 @@ class Hierarchical(BasePolicy):
       caps: kept-bytes caps per block's option search (about that many options per block).
       rounds: most DP solves while correcting its memory to the replayed peak.
       option_time_limit: seconds per block option programme.
+      scan_options: most scan decisions (:class:`~remat.core.scan_plan.ScanDecision`, the
+        per-iteration options ScanLayers searches) the blocks are planned around, in all; a
+        scan is one node of its block, with that decision's kept bytes and FLOPs.
     """
 
     budget: int | str | None = None
@@ -86,13 +96,14 @@ class Hierarchical(BasePolicy):
     caps: int = 12
     rounds: int = 8
     option_time_limit: float = 1.0
+    scan_options: int = 8
 
     shortcut: ClassVar[bool] = True
     #: the drop-in extracts at equation granularity for this policy (``stages="auto"``)
     preferred_stages: ClassVar[str] = "eqn"
 
     def __post_init__(self) -> None:
-        for name in ("levels", "caps", "rounds"):
+        for name in ("levels", "caps", "rounds", "scan_options"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidOptionError(f"hierarchical: {name} must be a positive int, got {v!r}")
@@ -100,27 +111,73 @@ class Hierarchical(BasePolicy):
             raise InvalidOptionError("hierarchical: option_time_limit must be > 0, got "
                                      f"{self.option_time_limit!r}")
 
-    def _prepare(self, graph: Graph):
+    def _prepare(self, graph: Graph, cache: dict | None = None):
         chain = block_chain(graph)
         pinned = frozenset(int(p) for p in chain.pinned)
+        cache = {} if cache is None else cache  # block signature -> options
         solved: dict[int, object] = {}
         for b in range(chain.n):
             d = int(chain.distinct[b])
             if d not in solved:
-                solved[d] = block_options(graph, chain.blocks[d], pinned, caps=self.caps,
-                                          time_limit=self.option_time_limit)
+                blk = chain.blocks[d]
+                key = (blk.signature, int(blk.fwd[0]), int(blk.fwd[-1]), pinned)
+                if key not in cache:
+                    cache[key] = block_options(graph, blk, pinned, caps=self.caps,
+                                               time_limit=self.option_time_limit)
+                solved[d] = cache[key]
         options = [solved[int(chain.distinct[b])] for b in range(chain.n)]
         return chain, options, chain_costs(graph, chain, options)
 
     def _plan_at(self, graph, chain, options, table, memory):
         sched = schedule(table, memory)
         plan = plan_from_steps(graph, block_steps(graph, chain, options, sched.ops), policy=self.name)
-        plan = plan.with_meta(regions=block_regions(chain, options, sched.tree))
+        scans = frozenset(scan_nodes(graph, body)[0] for body in
+                          (getattr(graph.program, "scans", ()) or ())) if graph.program else frozenset()
+        plan = plan.with_meta(regions=block_regions(chain, options, sched.tree, scans))
         return plan, replay(graph, plan).peak_bytes, sched
 
+    def _scan_candidates(self, graph: Graph) -> list[tuple]:
+        """Decisions for the graph's scans to plan the blocks around (``[()]`` without scans):
+        up to ``scan_options`` points of each scan's Pareto front
+        (:func:`policies.scan_layers.scan_front`), evenly spread by kept bytes."""
+        bodies = tuple(getattr(graph.program, "scans", ()) or ()) if graph.program else ()
+        if not bodies:
+            return [()]
+        per = max(1, int(round(self.scan_options ** (1.0 / len(bodies)))))
+        picks = []
+        for body in bodies:
+            front, _ = scan_front(graph, body, anchor_units(body), 12, True)
+            front = sorted(front, key=lambda c: (c[0], c[2]))
+            idx = np.unique(np.linspace(0, len(front) - 1, min(per, len(front))).round().astype(int))
+            picks.append([front[i][3] for i in idx])
+        return [tuple(d for d in combo if d is not None) for combo in itertools.product(*picks)]
+
+    def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
+        """The graph with each scan node's bytes and FLOPs under the plan's scan decisions."""
+        return adjusted_graph(graph, plan.meta.get("scans", ()))
+
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
-        chain, options, costs = self._prepare(graph)
         budget = int(budget_bytes)
+        cache: dict = {}
+        best, smallest = None, None
+        for decisions in self._scan_candidates(graph):
+            g = adjusted_graph(graph, decisions) if decisions else graph
+            try:
+                plan, cost = self._solve_graph(g, budget, cache)
+            except InfeasibleBudgetError as e:
+                mf = e.min_feasible_bytes
+                if mf is not None and np.isfinite(mf):
+                    smallest = mf if smallest is None else min(smallest, mf)
+                continue
+            if best is None or cost < best[0]:
+                best = (cost, plan.with_meta(scans=decisions) if decisions else plan)
+        if best is None:
+            raise InfeasibleBudgetError(budget, smallest,
+                                        "hierarchical: no DP schedule replays within the budget")
+        return best[1]
+
+    def _solve_graph(self, graph: Graph, budget: int, cache: dict) -> tuple[Plan, float]:
+        chain, options, costs = self._prepare(graph, cache)
         pinned_bytes = int(graph.sizes[chain.pinned].sum()) if len(chain.pinned) else 0
         mem = max(budget - pinned_bytes, 1)
         table = fill_blocks(costs, 2 * budget, levels=self.levels)
@@ -155,20 +212,30 @@ class Hierarchical(BasePolicy):
                 break
             mem = int(nxt)
         if best is None:
-            raise InfeasibleBudgetError(budget, self.min_feasible_budget(graph),
+            raise InfeasibleBudgetError(budget, self._min_peak(graph, chain, options, costs),
                                         "hierarchical: no DP schedule replays within the budget")
         status = "optimal" if all(o.status == "optimal" for o in options) else "heuristic"
         return best.with_meta(
             status="heuristic", option_status=status, blocks=chain.n,
             distinct_blocks=len(set(int(d) for d in chain.distinct)),
             options=tuple(len(options[int(d)].options) for d in sorted(set(chain.distinct))),
-            dp_memory=int(best_mem), rounds=tuple(rounds), budget=budget)
+            dp_memory=int(best_mem), rounds=tuple(rounds), budget=budget), best_cost
 
-    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
-        """The replayed peak of the DP's schedule at its smallest memory."""
-        chain, options, costs = self._prepare(graph)
+    def _min_peak(self, graph, chain, options, costs) -> int | None:
         table = fill_blocks(costs, 0, levels=self.levels)
         if not np.isfinite(table.min_memory):
             return None
         _, peak, _ = self._plan_at(graph, chain, options, table, int(table.min_memory))
         return int(peak)
+
+    def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
+        """The smallest replayed peak of the DP's schedule at its smallest memory, over the
+        scan decisions it plans around."""
+        cache: dict = {}
+        peaks = []
+        for decisions in self._scan_candidates(graph):
+            g = adjusted_graph(graph, decisions) if decisions else graph
+            p = self._min_peak(g, *self._prepare(g, cache))
+            if p is not None:
+                peaks.append(p)
+        return min(peaks) if peaks else None

@@ -55,9 +55,10 @@ def _pareto(cands: list[tuple]) -> list[tuple]:
     return [cands[i] for i in keep]
 
 
-def _front(graph: Graph, body: ScanBody, units: list[tuple[int, ...]], max_exhaustive: int,
-           nested: bool):
-    """Pareto-optimal decisions of one scan: ``[(residual, transient, flops, decision)]``;
+def scan_front(graph: Graph, body: ScanBody, units: list[tuple[int, ...]], max_exhaustive: int,
+               nested: bool):
+    """Pareto-optimal decisions of one scan and whether every unit subset was searched:
+    ``([(residual, transient, flops, decision)], exhaustive)``;
     ``decision`` ``None`` leaves the scan as JAX differentiates it (its own residuals, no
     recomputation: the fewest FLOPs)."""
     exhaustive = len(units) <= max_exhaustive
@@ -123,7 +124,7 @@ class ScanLayers(BasePolicy):
         bodies = graph.program.scans
         fronts, exact = [], True
         for body in bodies:
-            f, ex = _front(graph, body, anchor_units(body), self.max_exhaustive, self.nested)
+            f, ex = scan_front(graph, body, anchor_units(body), self.max_exhaustive, self.nested)
             fronts.append(f)
             exact &= ex
         best = None

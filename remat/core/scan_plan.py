@@ -190,12 +190,17 @@ class ScanBody:
 
 def scan_nodes(graph, body: ScanBody) -> tuple[int, list[int], int]:
     """``(forward node, backward nodes, residual bytes)`` of ``body``'s scan in an extracted
-    graph: the scan's own forward stage, the backward stages differentiating it, and the bytes
-    of the forward stage's outputs that those read (JAX's stacked residuals)."""
+    graph: the scan's own forward stage, the backward stages differentiating it (at equation
+    granularity, the backward scans reading its outputs), and the bytes of the forward stage's
+    outputs that those read (JAX's stacked residuals)."""
     prog = graph.program
     f = int(prog.fwd_node[body.leaf])
     bw = [v.index for v in graph.nodes if v.is_backward and v.forward_index == f]
     outs = set(prog.node_outputs[f])
+    prims = graph.meta.get("node_primitives")
+    if not bw and prims is not None:  # one node per equation: the transposed scans reading f
+        bw = [v.index for v in graph.nodes if v.is_backward and "scan" in prims[v.index]
+              and outs & set(prog.node_inputs[v.index])]
     read = {v for b in bw for v in prog.node_inputs[b]} & outs
     nbytes = int(sum(aval_bytes(prog.avals[v]) for v in read))
     return f, bw, nbytes

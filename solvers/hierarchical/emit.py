@@ -58,17 +58,21 @@ def block_steps(graph: Graph, chain: BlockChain, options: Sequence[BlockOptions]
     return [s for s in steps if s]
 
 
-def block_regions(chain: BlockChain, options: Sequence[BlockOptions],
-                  tree: tuple) -> tuple[CheckpointRegion, ...]:
+def block_regions(chain: BlockChain, options: Sequence[BlockOptions], tree: tuple,
+                  unwrapped: frozenset[int] = frozenset()) -> tuple[CheckpointRegion, ...]:
     """The schedule's recursion (:attr:`solvers.hierarchical.BlockSchedule.tree`) as
     checkpoint regions over forward node ids; a block's region also saves the pinned values
-    computed in it (later blocks read them)."""
+    computed in it (later blocks read them).  A block run with an option that holds a node of
+    ``unwrapped`` (a scan applying its own per-iteration decision) gets no region of its own:
+    it runs as written."""
     pinned = set(int(p) for p in chain.pinned)
     out = []
     for item in tree:
         if item[0] == F_OPT:
             _, b, o = item
             blk = chain.blocks[b]
+            if unwrapped and any(int(v) in unwrapped for v in blk.fwd):
+                continue
             kept = {int(blk.fwd[i]) for i in options[b].options[o].kept_nodes}
             kept |= {int(v) for v in blk.fwd if int(v) in pinned}
             out.append(CheckpointRegion(int(blk.fwd[0]), int(blk.fwd[-1]) + 1,
@@ -77,7 +81,7 @@ def block_regions(chain: BlockChain, options: Sequence[BlockOptions],
             _, s, sp, sub = item
             out.append(CheckpointRegion(int(chain.blocks[s].fwd[0]),
                                         int(chain.blocks[sp - 1].fwd[-1]) + 1, (),
-                                        block_regions(chain, options, sub)))
+                                        block_regions(chain, options, sub, unwrapped)))
         else:  # pragma: no cover - the DP emits only these
             raise ValueError(f"unknown block item {item[0]}")
     return tuple(out)
