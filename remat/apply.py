@@ -47,6 +47,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat import sharding
 from remat.compiled_budget import (
     MAX_COMPILES,
     budget_semantics,
@@ -93,20 +94,15 @@ _CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated"})
 
 
 def _abstract(args):
-    def f(x):
-        if isinstance(x, jax.ShapeDtypeStruct):
-            return x
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
-        a = np.asarray(x)
-        return jax.ShapeDtypeStruct(a.shape, a.dtype)
-
-    return jax.tree_util.tree_map(f, args)
+    """Abstract arguments; a leaf's sharding over several devices is kept
+    (:func:`remat.sharding.abstract`), so the compiled figures of a sharded step are per device."""
+    return sharding.abstract(args)
 
 
 def _signature(args) -> tuple:
     leaves, tree = jax.tree_util.tree_flatten(args)
-    return (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x)))) for x in leaves))
+    return (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x)))) for x in leaves),
+            sharding.signature(args))
 
 
 def apply_plan(
@@ -158,8 +154,12 @@ def apply_plan(
         from remat.extraction import extract
 
         graph = extract(fn, *abstract, stages=stages, argnums=argnums, has_aux=has_aux)
+        # a sharded step is planned per device (bytes of the shards XLA propagates, the
+        # gathered parameters, the collectives: remat.sharding); micro-batches are not chosen
+        graph = sharding.per_device_graph(graph, abstract)
+    sharded = sharding.is_sharded(abstract)
     ctx = None
-    if plan is None and choose_microbatches:
+    if plan is None and choose_microbatches and not sharded:
         ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
                                stages=stages)
 
@@ -297,8 +297,14 @@ class _Transform:
         k = self.microbatches
         margs = microbatch_args(args, self.argnums, k) if k > 1 else _abstract(tuple(args))
         key = _signature(margs)
+        shapes_key = key[:2]
+        traced_mesh = sharding.traced_mesh_size(args) if not sharding.is_sharded(margs) else 1
         with self._lock:
             hit = self._cache.get(key)
+            if hit is None and traced_mesh > 1:
+                # inside jax.jit the arguments' shardings are not visible: reuse the plan made
+                # per device at the same shapes (``f.applied(*sharded_args)`` before jit)
+                hit = self._cache.get(("sharded",) + shapes_key)
         if hit is None:
             # planning runs real computations (device calibration, solvers): never stage them
             # into an enclosing jit trace
@@ -312,8 +318,19 @@ class _Transform:
                 )
             if k > 1 and hit.plan is not None:
                 hit = dataclasses.replace(hit, plan=dataclasses.replace(hit.plan, microbatches=k))
+            if traced_mesh > 1 and hit.plan is not None:
+                msg = (f"the step is traced inside jax.jit on a mesh of {traced_mesh} devices, "
+                       "where the arguments' shardings are not visible: it was planned as the "
+                       "unsharded program, so its budget is not per device; call "
+                       "f.applied(*args) with the sharded arrays (or ShapeDtypeStructs with "
+                       "their sharding) before jax.jit to plan per device")
+                warnings.warn(f"remat: {msg}", RematFidelityWarning, stacklevel=3)
+                hit = dataclasses.replace(hit, notes=hit.notes + (msg,),
+                                          warnings=hit.warnings + (msg,))
             with self._lock:
                 self._cache[key] = hit
+                if sharding.is_sharded(margs):
+                    self._cache[("sharded",) + shapes_key] = hit
         return hit
 
     def __call__(self, *args):

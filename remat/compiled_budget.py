@@ -42,7 +42,7 @@ import numpy as np
 from remat.core.budget import Modelled, resolve_against
 from remat.core.errors import InfeasibleBudgetError, format_bytes
 
-__all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_temp_bytes",
+__all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_compiled", "step_temp_bytes",
            "keeps_checkpoint", "plan_key", "fit"]
 
 FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
@@ -90,12 +90,20 @@ def temp_bytes(compiled) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+def step_compiled(fn: Callable, abstract: Sequence[Any], *, argnums: int | Sequence[int] = 0,
+                  has_aux: bool = False):
+    """``jax.jit(jax.value_and_grad(fn, argnums, has_aux))`` lowered and compiled ahead of time at
+    the abstract arguments (nothing runs).  Arguments carrying shardings
+    (:func:`remat.sharding.abstract`) compile the SPMD program: its figures are per device."""
+    step = jax.jit(jax.value_and_grad(fn, argnums=argnums, has_aux=has_aux))
+    return step.lower(*abstract).compile()
+
+
 def step_temp_bytes(fn: Callable, abstract: Sequence[Any], *, argnums: int | Sequence[int] = 0,
                     has_aux: bool = False) -> int:
     """Compiled temp bytes of ``jax.jit(jax.value_and_grad(fn, argnums, has_aux))`` at the
-    abstract arguments (lowered and compiled ahead of time; nothing runs)."""
-    step = jax.jit(jax.value_and_grad(fn, argnums=argnums, has_aux=has_aux))
-    return temp_bytes(step.lower(*abstract).compile())
+    abstract arguments (per device for sharded arguments, :func:`step_compiled`)."""
+    return temp_bytes(step_compiled(fn, abstract, argnums=argnums, has_aux=has_aux))
 
 
 @functools.cache

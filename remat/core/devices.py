@@ -90,6 +90,9 @@ class DeviceProfile:
         ``matmul_flops_per_s``, else ``flops_per_s``), roofline only. A node with both is
         costed at the slower of the two. Graphs without ``meta["node_primitives"]`` (loaded,
         synthetic) use ``flops_per_s`` throughout, as does ``model="poet"``.
+      interconnect_bw: device-to-device bandwidth per device and direction, bytes/s, for the
+        collectives of a sharded step (:mod:`remat.sharding`); ``None``: ``memory_bandwidth``
+        (devices sharing one host's memory, as XLA:CPU's host devices do).
     """
 
     name: str
@@ -110,6 +113,13 @@ class DeviceProfile:
     launch_s: float = 0.0
     matmul_flops_per_s: float | None = None
     conv_flops_per_s: float | None = None
+    interconnect_bw: float | None = None
+
+    @property
+    def link_bw(self) -> float:
+        """Bandwidth of a collective's transfers, bytes/s (``interconnect_bw`` or
+        ``memory_bandwidth``)."""
+        return float(self.interconnect_bw or self.memory_bandwidth)
 
     def __post_init__(self) -> None:
         positive = ("flops_per_s", "compute_watts", "memory_bandwidth", "ram_bytes",
@@ -129,7 +139,7 @@ class DeviceProfile:
             raise DeviceProfileError(f"device {self.name!r}: storage_write_latency_s={w!r} < 0")
         if fpj is not None and not (math.isfinite(fpj) and fpj > 0):
             raise DeviceProfileError(f"device {self.name!r}: flops_per_joule={fpj!r} <= 0")
-        for f in ("matmul_flops_per_s", "conv_flops_per_s"):
+        for f in ("matmul_flops_per_s", "conv_flops_per_s", "interconnect_bw"):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise DeviceProfileError(f"device {self.name!r}: {f}={v!r} must be positive")
@@ -462,7 +472,9 @@ H100_SXM = DeviceProfile(
     energy_per_byte_read=_PCIE_WATTS / 64e9,
     energy_per_byte_write=_PCIE_WATTS / 64e9,
     launch_s=_LAUNCH_GPU_S,
+    interconnect_bw=450e9,
     source=(
+        "NVLink 4: 900 GB/s per GPU, 450 GB/s per direction (interconnect_bw). "
         "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM "
         "column: FP32 67 TFLOPS (flops_per_s); TF32 Tensor Core 989 TFLOPS with sparsity, "
         "494.5 dense (matmul_flops_per_s = conv_flops_per_s: JAX's default float32 "
@@ -490,7 +502,9 @@ A100_SXM4_80GB = DeviceProfile(
     energy_per_byte_read=_PCIE_WATTS / 32e9,
     energy_per_byte_write=_PCIE_WATTS / 32e9,
     launch_s=_LAUNCH_GPU_S,
+    interconnect_bw=300e9,
     source=(
+        "NVLink 3: 600 GB/s per GPU, 300 GB/s per direction (interconnect_bw). "
         "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB "
         "SXM column: FP32 19.5 TFLOPS (flops_per_s); TF32 Tensor Core 156 TFLOPS dense, 312 "
         "with sparsity (matmul_flops_per_s = conv_flops_per_s: JAX's default float32 "
