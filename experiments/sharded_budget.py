@@ -1,0 +1,291 @@
+"""Per-device budgets on sharded steps: layouts x models x budgets on 8 host devices (#36).
+
+Command (the flags must be set before JAX starts; the module sets them when run as a script
+only if ``XLA_FLAGS`` is unset)::
+
+    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_disable_hlo_passes=cse_barrier_expander" \\
+        python -m experiments.sharded_budget
+
+writes ``experiments/results/sharded_budget.csv``: per (layout, model, budget) the per-device
+budget, the no-remat step's per-device compiled temp, the plan's modelled peak, the prediction
+(modelled peak times the no-remat step's compiled-over-modelled ratio), the compiled temp of the
+applied step under ``jax.jit`` with the sharded arguments, and the largest gradient error against
+``jax.value_and_grad`` of the unsharded function.  ``--json`` prints one JSON row per case instead
+(what ``tests/test_sharding.py`` runs in one subprocess).
+
+With ``--mesh16`` (16 host devices: ``XLA_FLAGS`` as above with ``count=16``, set by the module
+when unset) it plans a transformer step from abstract shapes on an 8 x 2 mesh instead
+(:func:`plan_abstract16`) and writes ``experiments/results/sharded_plan16.csv``::
+
+    python -m experiments.sharded_budget --mesh16
+
+Layouts on 8 devices: ``dp`` (parameters replicated, batch over ``data``), ``fsdp`` (parameters'
+first axis and the batch over ``data``: XLA all-gathers each weight before use) and ``tp2xdp4``
+(a 4 x 2 mesh: batch over ``data``, weights alternately column- and row-sharded over ``model``,
+Megatron style).  Models: a tanh MLP and a pre-LN transformer in plain JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+
+FLAGS = "--xla_force_host_platform_device_count=8 --xla_disable_hlo_passes=cse_barrier_expander"
+FLAGS16 = FLAGS.replace("count=8", "count=16")
+OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
+LAYOUTS = ("dp", "fsdp", "tp2xdp4")
+MODELS = ("mlp", "transformer")
+FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
+          "predicted_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
+          "gathered_bytes", "regathered_nodes", "regather_s", "all_gathers_no_remat", "all_gathers",
+          "plan_s", "error")
+
+
+def _models(width: int, batch: int):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def mlp_loss(ws, x):
+        h = x
+        for w in ws:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h * h)
+
+    def ln(h):
+        m = jnp.mean(h, -1, keepdims=True)
+        return (h - m) * jax.lax.rsqrt(jnp.mean((h - m) ** 2, -1, keepdims=True) + 1e-5)
+
+    heads = 4
+
+    def tf_loss(blocks, x):  # x: (B, S, D)
+        b, s, d = x.shape
+        h = x
+        for p in blocks:
+            a = ln(h)
+            q, k, v = ((a @ p[n]).reshape(b, s, heads, d // heads) for n in ("wq", "wk", "wv"))
+            att = jax.nn.softmax(jnp.einsum("bshd,bthd->bhst", q, k) / np.sqrt(d // heads), -1)
+            o = jnp.einsum("bhst,bthd->bshd", att, v).reshape(b, s, d)
+            h = h + o @ p["wo"]
+            h = h + jnp.tanh(ln(h) @ p["w1"]) @ p["w2"]
+        return jnp.mean(h * h)
+
+    key = jax.random.PRNGKey(0)
+    r = lambda i, shape: jax.random.normal(jax.random.fold_in(key, i), shape) / np.sqrt(shape[0])  # noqa: E731
+    mlp = ([r(i, (width, width)) for i in range(8)], r(99, (batch, width)))
+    d, seq = 64, 32
+    blocks = [{"wq": r(10 * i, (d, d)), "wk": r(10 * i + 1, (d, d)), "wv": r(10 * i + 2, (d, d)),
+               "wo": r(10 * i + 3, (d, d)), "w1": r(10 * i + 4, (d, 4 * d)),
+               "w2": r(10 * i + 5, (4 * d, d))} for i in range(2)]
+    tf = (blocks, r(98, (batch // 16, seq, d)))
+    return {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf)}
+
+
+def _layout(name: str, params, x):
+    """``(sharded params, sharded x)`` for a layout on the 8 host devices."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devs = np.array(jax.devices()[:8])
+    if name == "tp2xdp4":
+        mesh = Mesh(devs.reshape(4, 2), ("data", "model"))
+    else:
+        mesh = Mesh(devs.reshape(8), ("data",))
+
+    def spec(path, w):
+        if name == "dp":
+            return P()
+        if name == "fsdp":
+            return P("data", None)
+        last = str(path[-1]) if path else ""
+        row = any(k in last for k in ("wo", "w2"))
+        if not any(k in last for k in ("wq", "wk", "wv", "wo", "w1", "w2")):  # MLP list
+            row = int(str(path[-1]).strip("[]")) % 2 == 1
+        return P("model", None) if row else P(None, "model")
+
+    ps = jax.tree_util.tree_map_with_path(
+        lambda p, w: jax.device_put(w, NamedSharding(mesh, spec(p, w))), params)
+    xs = jax.device_put(x, NamedSharding(mesh, P("data", *([None] * (x.ndim - 1)))))
+    return ps, xs
+
+
+def _count_gathers(hlo: str) -> int:
+    return hlo.count(" all-gather(") + hlo.count(" all-gather-start(")
+
+
+def _regathers(g, plan) -> tuple[int, float]:
+    """FSDP: forward nodes the plan recomputes that read a gathered weight (each recomputation
+    regathers it), and the modelled time of those extra all-gathers, s."""
+    import numpy as np
+
+    from remat import devices
+    from remat.sharding import collective_time
+
+    sh = g.meta.get("sharding", {})
+    gathered, prog, n = sh.get("gathered_args", {}), g.program, sh.get("n_devices", 1)
+    counts = np.asarray(plan.R).sum(axis=0)
+    link = devices.for_backend().link_bw
+    nodes = [i for i, nd in enumerate(g.nodes) if not nd.is_backward and counts[i] >= 2
+             and any(a in gathered for a in prog.node_args[i])]
+    secs = sum((counts[i] - 1) * collective_time("all-gather", gathered[a], n, link)
+               for i in nodes for a in prog.node_args[i] if a in gathered)
+    return len(nodes), float(secs)
+
+
+def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: int = 8192,
+             policy: str = "checkmate") -> dict:
+    """One (layout, model, budget) row (module docstring)."""
+    import jax
+    import numpy as np
+
+    import remat
+    from remat.core.errors import InfeasibleBudgetError
+
+    loss, params, x = _models(width, batch)[model]
+    ref_v, ref_g = jax.jit(jax.value_and_grad(loss))(params, x)  # unsharded
+    ps, xs = _layout(layout, params, x)
+    base = jax.jit(jax.value_and_grad(loss)).lower(ps, xs).compile()
+    row = {"layout": layout, "model": model, "budget": budget,
+           "no_remat_temp": int(base.memory_analysis().temp_size_in_bytes),
+           "all_gathers_no_remat": _count_gathers(base.as_text())}
+    vg = remat.value_and_grad(loss, policy, budget=budget)
+    t0 = time.perf_counter()
+    try:
+        app = vg.applied(ps, xs)  # planned per device, outside jit (the shardings are visible)
+    except InfeasibleBudgetError as e:
+        row.update(status="infeasible", budget_bytes=int(e.budget),
+                   error=f"InfeasibleBudgetError min_feasible_bytes={int(e.min_feasible_bytes)}",
+                   plan_s=round(time.perf_counter() - t0, 2))
+        return row
+    row["plan_s"] = round(time.perf_counter() - t0, 2)
+    g = app.graph
+    sh = g.meta.get("sharding", {})
+    peak = int(app.plan.meta.get("peak_bytes") or 0)
+    scale = app.baseline_temp_bytes / max(g.no_remat_peak(), 1)
+    step = jax.jit(vg)
+    v, grads = step(ps, xs)
+    compiled = step.lower(ps, xs).compile()
+    temp = int(compiled.memory_analysis().temp_size_in_bytes)
+    gathered = sh.get("gathered_args", {})
+    regathered, regather_s = _regathers(g, app.plan)
+    errs = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / (np.max(np.abs(np.asarray(b))) + 1e-30))
+            for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_g))]
+    errs.append(abs(float(v) - float(ref_v)) / abs(float(ref_v)))
+    row.update(status="fit" if temp <= app.budget_bytes * 1.05 else "over",
+               budget_bytes=int(app.budget_bytes), modelled_peak=peak,
+               predicted_temp=int(peak * scale), compiled_temp=temp,
+               ratio=round(temp / max(row["no_remat_temp"], 1), 4),
+               grad_max_rel_err=max(errs),
+               collectives=";".join(sorted({c.kind for c in sh.get("collectives", ())})),
+               gathered_bytes=int(sum(gathered.values())), regathered_nodes=regathered,
+               regather_s=regather_s, all_gathers=_count_gathers(compiled.as_text()), error="")
+    return row
+
+
+OUT16 = os.path.join(os.path.dirname(__file__), "results", "sharded_plan16.csv")
+FIELDS16 = ("budget", "modelled_peak", "plan_peak", "compute_overhead", "regathered_nodes",
+            "compiled_temp", "no_remat_temp", "status")
+
+
+def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "checkmate") -> list:
+    """Plan a sharded transformer step from abstract shapes on a 16-device mesh (8 data x 2
+    model, Megatron-style weights): no weights exist, every figure is modelled or compiled ahead
+    of time.  Per budget (of the per-device graph's modelled no-remat peak): the plan's modelled
+    per-device peak, its compute overhead (recompute and regathers included), and the applied
+    step's per-device compiled temp against the no-remat step's."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import remat
+    from remat.compiled_budget import step_temp_bytes
+    from remat.core.errors import InfeasibleBudgetError
+
+    loss = _models(128, 8192)["transformer"][0]
+    mesh = Mesh(np.array(jax.devices()[:16]).reshape(8, 2), ("data", "model"))
+    d, seq, batch, nblocks = 256, 128, 64, 4
+
+    def sds(shape, spec):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+
+    col, row = P(None, "model"), P("model", None)
+    blocks = [{"wq": sds((d, d), col), "wk": sds((d, d), col), "wv": sds((d, d), col),
+               "wo": sds((d, d), row), "w1": sds((d, 4 * d), col), "w2": sds((4 * d, d), row)}
+              for _ in range(nblocks)]
+    x = sds((batch, seq, d), P("data", None, None))
+    args = (blocks, x)
+    g = remat.sharding.per_device_graph(remat.extract(loss, *args), args)
+    base_app = remat.apply.apply_plan(loss, args, None)
+    no_remat = step_temp_bytes(base_app.fn, args)
+    peak0 = g.no_remat_peak()
+    rows = []
+    for b in budgets:
+        row = {"budget": b, "modelled_peak": peak0, "no_remat_temp": no_remat}
+        try:
+            app = remat.apply.apply_plan(loss, args, policy, budget=remat.modelled(b), graph=g,
+                                         warn=False)
+        except InfeasibleBudgetError as e:
+            row.update(status=f"infeasible (min {int(e.min_feasible_bytes)})")
+            rows.append(row)
+            continue
+        rep = remat.simulate(g, app.plan)
+        row.update(plan_peak=int(rep.peak_bytes), compute_overhead=round(rep.overhead, 4),
+                   compiled_temp=step_temp_bytes(app.fn, args), status="planned",
+                   regathered_nodes=_regathers(g, app.plan)[0])
+        rows.append(row)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="one JSON row per case on stdout")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--budgets", default="50%,70%,85%")
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--mesh16", action="store_true", help="plan the abstract 16-device "
+                    "transformer (needs 16 host devices) and write " + os.path.basename(OUT16))
+    a = ap.parse_args(argv)
+    import warnings
+
+    warnings.simplefilter("ignore")
+    if a.mesh16:
+        rows = plan_abstract16()
+        with open(OUT16, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS16)
+            w.writeheader()
+            for r in rows:
+                print(r, file=sys.stderr, flush=True)
+                w.writerow({k: r.get(k, "") for k in FIELDS16})
+        return
+    rows = []
+    for layout in a.layouts.split(","):
+        for model in a.models.split(","):
+            for budget in a.budgets.split(","):
+                row = run_case(layout, model, budget)
+                rows.append(row)
+                if a.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(row, file=sys.stderr, flush=True)
+    if not a.json:
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in FIELDS})
+
+
+if __name__ == "__main__":
+    if "XLA_FLAGS" not in os.environ:
+        os.execve(sys.executable, [sys.executable, "-m", "experiments.sharded_budget", *sys.argv[1:]],
+                  {**os.environ, "XLA_FLAGS": FLAGS16 if "--mesh16" in sys.argv else FLAGS})
+    main()
