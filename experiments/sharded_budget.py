@@ -45,7 +45,7 @@ FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp"
           "plan_s", "error")
 
 
-def _models(width: int, batch: int):
+def _models(width: int, batch: int, n_blocks: int = 2):
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -74,13 +74,15 @@ def _models(width: int, batch: int):
             h = h + jnp.tanh(ln(h) @ p["w1"]) @ p["w2"]
         return jnp.mean(h * h)
 
-    key = jax.random.PRNGKey(0)
-    r = lambda i, shape: jax.random.normal(jax.random.fold_in(key, i), shape) / np.sqrt(shape[0])  # noqa: E731
+    def r(i, shape):  # numpy draws: no XLA compile per weight
+        a = np.random.default_rng(i).standard_normal(shape, dtype=np.float32)
+        return jnp.asarray(a / np.float32(np.sqrt(shape[0])))
+
     mlp = ([r(i, (width, width)) for i in range(8)], r(99, (batch, width)))
     d, seq = 64, 32
     blocks = [{"wq": r(10 * i, (d, d)), "wk": r(10 * i + 1, (d, d)), "wv": r(10 * i + 2, (d, d)),
                "wo": r(10 * i + 3, (d, d)), "w1": r(10 * i + 4, (d, 4 * d)),
-               "w2": r(10 * i + 5, (4 * d, d))} for i in range(2)]
+               "w2": r(10 * i + 5, (4 * d, d))} for i in range(n_blocks)]
     tf = (blocks, r(98, (batch // 16, seq, d)))
     return {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf)}
 
@@ -139,15 +141,15 @@ def _regathers(g, plan) -> tuple[int, float]:
 
 
 def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: int = 8192,
-             policy: str = "checkmate") -> dict:
-    """One (layout, model, budget) row (module docstring)."""
+             blocks: int = 2, policy: str = "checkmate") -> dict:
+    """One (layout, model, budget) row (module docstring); ``blocks``: the transformer's."""
     import jax
     import numpy as np
 
     import remat
     from remat.core.errors import InfeasibleBudgetError
 
-    loss, params, x = _models(width, batch)[model]
+    loss, params, x = _models(width, batch, blocks)[model]
     ref_v, ref_g = jax.jit(jax.value_and_grad(loss))(params, x)  # unsharded
     ps, xs = _layout(layout, params, x)
     base = jax.jit(jax.value_and_grad(loss)).lower(ps, xs).compile()
@@ -168,9 +170,8 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     sh = g.meta.get("sharding", {})
     peak = int(app.plan.meta.get("peak_bytes") or 0)
     scale = app.baseline_temp_bytes / max(g.no_remat_peak(), 1)
-    step = jax.jit(vg)
-    v, grads = step(ps, xs)
-    compiled = step.lower(ps, xs).compile()
+    compiled = jax.jit(vg).lower(ps, xs).compile()
+    v, grads = compiled(ps, xs)
     temp = int(compiled.memory_analysis().temp_size_in_bytes)
     gathered = sh.get("gathered_args", {})
     regathered, regather_s = _regathers(g, app.plan)

@@ -54,8 +54,10 @@ from remat.compiled_budget import (
     compiled_notes,
     fit,
     recomputes,
+    step_compiled,
     step_temp_bytes,
     takes_budget,
+    temp_bytes,
 )
 from remat.core.budget import Modelled
 from remat.core.errors import ExtractionError, InvalidPlanError, RematError
@@ -154,10 +156,14 @@ def apply_plan(
         from remat.extraction import extract
 
         graph = extract(fn, *abstract, stages=stages, argnums=argnums, has_aux=has_aux)
+    sharded = sharding.is_sharded(abstract)
+    base_compiled = None
+    if sharded and "sharding" not in graph.meta:
         # a sharded step is planned per device (bytes of the shards XLA propagates, the
         # gathered parameters, the collectives: remat.sharding); micro-batches are not chosen
-        graph = sharding.per_device_graph(graph, abstract)
-    sharded = sharding.is_sharded(abstract)
+        base_compiled = step_compiled(_realise(graph, None, abstract, has_aux=has_aux).fn,
+                                      abstract, argnums=argnums, has_aux=has_aux)
+        graph = sharding.per_device_graph(graph, abstract, step_hlo=base_compiled.as_text())
     ctx = None
     if plan is None and choose_microbatches and not sharded:
         ctx = planning_context(fn, abstract, graph, argnums=argnums, has_aux=has_aux,
@@ -173,6 +179,8 @@ def apply_plan(
         return dataclasses.replace(_realise(g, p, a, has_aux=has_aux), abstract_args=a)
 
     def baseline_temp():  # the forward program without checkpoints: fn's own step
+        if base_compiled is not None:
+            return temp_bytes(base_compiled)
         return step_temp_bytes(_realise(graph, None, abstract, has_aux=has_aux).fn, abstract,
                                argnums=argnums, has_aux=has_aux)
 

@@ -38,7 +38,7 @@ from remat.compiled_budget import FLAG
 from remat.core.errors import InfeasibleBudgetError
 from experiments.sharded_budget import run_case, _models, _layout
 assert len(jax.devices()) == 8
-out = {{"rows": [run_case(l, m, b) for l, m, b, _ in {[c for c in CASES]!r}]}}
+out = {{"rows": [run_case(l, m, b, blocks=1) for l, m, b, _ in {[c for c in CASES]!r}]}}
 
 # the per-device graph of the FSDP MLP: shards, gathered weights, collectives
 loss, params, x = _models(128, 8192)["mlp"]
