@@ -185,6 +185,17 @@ RESULTS: tuple[Result, ...] = (
            "One row per (model, budget fraction, policy): hierarchical at equation granularity, "
            "the Checkmate MILP on the stage graph and on the equation graph (<= 400 nodes); "
            f"modelled (replayed) bytes, jaxpr FLOPs of executed nodes ({_CPU})."),
+    Result("sharded_budget.csv", "Sharded steps: per-device budgets",
+           "python -m experiments.sharded_budget",
+           "results/sharded",
+           "One row per (layout, model, per-device budget) on 8 host devices: no-remat and "
+           "applied per-device compiled temp, the modelled prediction, the gradient error "
+           f"against the unsharded jax.value_and_grad, FSDP regathers, bytes ({_CPU})."),
+    Result("sharded_plan16.csv", "A sharded transformer planned from abstract shapes",
+           "python -m experiments.sharded_budget --mesh16",
+           "results/sharded",
+           "One row per budget (of the per-device graph's modelled no-remat peak) on a 16-device "
+           "8 x 2 mesh, from jax.ShapeDtypeStructs only: modelled and compiled per-device bytes."),
     # published graphs
     Result("published_benchmark.csv", "Published Checkmate / Moccasin graphs (rows)",
            "python -m experiments.solver_benchmark_published   "

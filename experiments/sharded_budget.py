@@ -207,8 +207,10 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
     from jax.sharding import PartitionSpec as P
 
     import remat
+    from remat.apply import apply_plan
     from remat.compiled_budget import step_temp_bytes
     from remat.core.errors import InfeasibleBudgetError
+    from remat.sharding import per_device_graph
 
     loss = _models(128, 8192)["transformer"][0]
     mesh = Mesh(np.array(jax.devices()[:16]).reshape(8, 2), ("data", "model"))
@@ -223,15 +225,15 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
               for _ in range(nblocks)]
     x = sds((batch, seq, d), P("data", None, None))
     args = (blocks, x)
-    g = remat.sharding.per_device_graph(remat.extract(loss, *args), args)
-    base_app = remat.apply.apply_plan(loss, args, None)
+    g = per_device_graph(remat.extract(loss, *args), args)
+    base_app = apply_plan(loss, args, None)
     no_remat = step_temp_bytes(base_app.fn, args)
     peak0 = g.no_remat_peak()
     rows = []
     for b in budgets:
         row = {"budget": b, "modelled_peak": peak0, "no_remat_temp": no_remat}
         try:
-            app = remat.apply.apply_plan(loss, args, policy, budget=remat.modelled(b), graph=g,
+            app = apply_plan(loss, args, policy, budget=remat.modelled(b), graph=g,
                                          warn=False)
         except InfeasibleBudgetError as e:
             row.update(status=f"infeasible (min {int(e.min_feasible_bytes)})")

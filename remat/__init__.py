@@ -30,6 +30,7 @@ _LAZY = {
     "zoo": ("remat.zoo", None),
     "devices": ("remat.devices", None),
     "nnx": ("remat.nnx", None),
+    "sharding": ("remat.sharding", None),
 }
 
 __all__ = [
