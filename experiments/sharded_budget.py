@@ -22,7 +22,8 @@ when unset) it plans a transformer step from abstract shapes on an 8 x 2 mesh in
 Layouts on 8 devices: ``dp`` (parameters replicated, batch over ``data``), ``fsdp`` (parameters'
 first axis and the batch over ``data``: XLA all-gathers each weight before use) and ``tp2xdp4``
 (a 4 x 2 mesh: batch over ``data``, weights alternately column- and row-sharded over ``model``,
-Megatron style).  Models: a tanh MLP and a pre-LN transformer in plain JAX.
+Megatron style).  Models: a tanh MLP and a pre-LN transformer in plain JAX, and a Flax linen
+tanh MLP with biases (``flax_mlp``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ FLAGS = "--xla_force_host_platform_device_count=8 --xla_disable_hlo_passes=cse_b
 FLAGS16 = FLAGS.replace("count=8", "count=16")
 OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
 LAYOUTS = ("dp", "fsdp", "tp2xdp4")
-MODELS = ("mlp", "transformer")
+MODELS = ("mlp", "transformer", "flax_mlp")
 FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
           "predicted_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
           "gathered_bytes", "regathered_nodes", "regather_s", "all_gathers_no_remat", "all_gathers",
@@ -84,7 +85,33 @@ def _models(width: int, batch: int, n_blocks: int = 2):
                "wo": r(10 * i + 3, (d, d)), "w1": r(10 * i + 4, (d, 4 * d)),
                "w2": r(10 * i + 5, (4 * d, d))} for i in range(n_blocks)]
     tf = (blocks, r(98, (batch // 16, seq, d)))
-    return {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf)}
+    return {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf),
+            "flax_mlp": _flax_mlp(width, batch)}
+
+
+def _flax_mlp(width: int, batch: int):
+    """A Flax linen MLP (8 tanh ``Dense`` layers with biases) and its loss."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, h):
+            for _ in range(8):
+                h = jnp.tanh(nn.Dense(width)(h))
+            return h
+
+    model = MLP()
+    x = jnp.asarray(np.random.default_rng(97).standard_normal((batch, width), dtype=np.float32))
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), x[:1])
+
+    def loss(p, xb):
+        out = model.apply(p, xb)
+        return jnp.mean(out * out)
+
+    return loss, params, x
 
 
 def _layout(name: str, params, x):
@@ -101,14 +128,20 @@ def _layout(name: str, params, x):
         mesh = Mesh(devs.reshape(8), ("data",))
 
     def spec(path, w):
+        keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
         if name == "dp":
             return P()
         if name == "fsdp":
-            return P("data", None)
-        last = str(path[-1]) if path else ""
-        row = any(k in last for k in ("wo", "w2"))
-        if not any(k in last for k in ("wq", "wk", "wv", "wo", "w1", "w2")):  # MLP list
-            row = int(str(path[-1]).strip("[]")) % 2 == 1
+            return P("data", *([None] * (w.ndim - 1))) if w.ndim >= 2 else P()
+        # Megatron: column-parallel then row-parallel; a column layer's bias is sharded too
+        if any(k in ("wq", "wk", "wv", "wo", "w1", "w2") for k in keys):
+            row = keys[-1] in ("wo", "w2")
+        elif any(k.startswith("Dense_") for k in keys):  # Flax: Dense_i/kernel, Dense_i/bias
+            row = int(next(k for k in keys if k.startswith("Dense_"))[6:]) % 2 == 1
+        else:  # a list of weights
+            row = int(keys[-1]) % 2 == 1
+        if w.ndim == 1:
+            return P() if row else P("model")
         return P("model", None) if row else P(None, "model")
 
     ps = jax.tree_util.tree_map_with_path(
