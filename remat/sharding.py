@@ -282,11 +282,15 @@ def traced_mesh_size(args) -> int:
     """Devices of the (abstract) mesh that traced ``args`` live on inside ``jax.jit`` (1 when
     none): under ``jax.jit`` with ``Auto`` mesh axes a tracer's aval names the mesh but not the
     argument's partition spec, so a step traced there cannot be planned per device from its
-    arguments alone."""
+    arguments alone.  Axes a ``shard_map`` made manual do not count: its body's arguments are
+    per-device shapes, so a plan made there is per device."""
     best = 1
     for x in jax.tree_util.tree_leaves(args):
         mesh = getattr(getattr(getattr(x, "aval", None), "sharding", None), "mesh", None)
-        sizes = getattr(mesh, "axis_sizes", None)
-        if sizes:
-            best = max(best, int(np.prod(sizes)))
+        sizes = getattr(mesh, "axis_sizes", None) or ()
+        manual = set(getattr(mesh, "manual_axes", ()) or ())
+        # axes a shard_map made manual: its body is a per-device program already
+        auto = [n for a, n in zip(getattr(mesh, "axis_names", ()), sizes) if a not in manual]
+        if auto:
+            best = max(best, int(np.prod(auto)))
     return best
