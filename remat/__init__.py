@@ -1,6 +1,6 @@
 """remat: rematerialization policies for JAX.
 
-``Graph``, ``Plan``, ``simulate`` and ``load_graph`` import no JAX; the JAX-side entry points
+``Graph``, ``Plan``, ``PlanStats``, ``simulate`` and ``load_graph`` import no JAX; the JAX-side entry points
 (``extract``, ``value_and_grad``, ``execute``, ``measure``, ``zoo``, ``devices``) load on first use.
 (Their modules are named differently from the functions, e.g. ``remat.extraction``, so
 importing a module never shadows a function.)
@@ -14,7 +14,7 @@ from remat.core import errors
 from remat.core.budget import Modelled, modelled, resolve_budget
 from remat.core.graph import Graph, Node, chain_graph, make_graph
 from remat.core.graph_io import load_graph
-from remat.core.plan import Plan
+from remat.core.plan import Plan, PlanStats
 from remat.core.simulate import Report, simulate
 
 _LAZY = {
@@ -34,7 +34,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "Graph", "Node", "Plan", "Report", "simulate", "load_graph", "make_graph", "chain_graph",
+    "Graph", "Node", "Plan", "PlanStats", "Report", "simulate", "load_graph", "make_graph", "chain_graph",
     "resolve_budget", "modelled", "Modelled", "errors", *_LAZY,
 ]
 

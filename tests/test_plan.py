@@ -80,3 +80,13 @@ def test_relative_budget_uses_ceil_of_no_remat_peak():
 def test_budget_errors_are_typed(bad):
     with pytest.raises(BudgetFormatError):
         remat.resolve_budget(bad, remat.chain_graph(2))
+
+
+def test_planstats_is_exported_from_the_facade():
+    """``remat.PlanStats`` is the class a policy's ``plan.stats`` is, and it is in ``__all__``."""
+    from remat.core.plan import PlanStats
+
+    assert remat.PlanStats is PlanStats and "PlanStats" in remat.__all__
+    g = remat.chain_graph(2)
+    p = policies.get("checkpoint_all").plan(g, "100%")
+    assert isinstance(p.stats, remat.PlanStats)
