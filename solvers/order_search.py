@@ -17,11 +17,8 @@ is this rule as is; restart ``r > 0`` adds ``noise · mean(size) · z_v`` to ``d
 standard-normal ``z_v`` per node and restart (a fixed random priority, so that different
 restarts explore different orders).  The lowest-peak order over all restarts is returned.
 
-On the random layered DAGs of the Checkmate/Moccasin benchmark (``../shared/benchmarks``) the
-program's order peaks at 146 840 B (n = 250), 284 439 B (500) and 608 619 B (1000); 20 restarts
-(0.1-0.5 s) reach 115 180 B, 269 980 B and 567 760 B; as the start of OLLA's order search
-(60 s) they lead to 106 410 B, 255 520 B and 563 329 B, against 109 810 B, 259 460 B and
-590 119 B from the program's order.
+Measured on the published random layered DAGs:
+``docs/design/decisions/0009-peak-shaving-and-low-peak-orders.md``.
 
 This module does not import jax.
 """

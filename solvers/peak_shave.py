@@ -23,12 +23,9 @@ the most expensive first, while the peak stays within the budget.
 Cascades come from repetition: a recomputation whose inputs' extensions cost memory is itself
 a copy that a later move may split again.
 
-On the published random layered DAGs (``../shared/benchmarks``) in a greedy low-peak order
-(:func:`solvers.order_search.greedy_order`), where the order alone needs 3-20 % more than the
-budget: n = 250 at m = 0.7 1.053x (12 moves), n = 500 at 0.8 1.026x, n = 1000 at 0.9 1.005x
-and at 0.8 1.029x, each in about a second; the best plans of the benchmark's other methods
-were 6.49x, 17.8x, 2.84x and 4.47x.  At m = 0.6 it gets stuck above the budget (95 910 B
-against 88 104 B at n = 250).
+Measured on the published random layered DAGs (in a greedy low-peak order from
+:func:`solvers.order_search.greedy_order`):
+``docs/design/decisions/0009-peak-shaving-and-low-peak-orders.md``.
 
 This module does not import jax.
 """
