@@ -1,4 +1,4 @@
-"""GPU benchmark of the drop-in: the table of ``shared/notes/gpu-1.md`` in one command.
+"""GPU benchmark of the drop-in in one command (its table: ``docs/results/compiled_memory.md``).
 
     python -m experiments.gpu_benchmark --out experiments/results/gpu_benchmark.csv \\
         [--size full|tiny] [--models gpt2_small,resnet50,...] \\

@@ -1,9 +1,10 @@
-"""Issue 18 (build 5): the smallest budget of each published graph, decided, not estimated.
+"""The smallest budget of each published graph, decided, not estimated.
 
-For every graph of ``../shared/benchmarks/checkmate-graphs`` the smallest number of bytes
-within which *some* schedule runs it (any order, any recomputation; remat's replay semantics)
-is found by bisection with :func:`solvers.pebbling_search.decide`, each probe a witness
-(feasible) or a proof (infeasible):
+For every published Checkmate/Moccasin benchmark graph (Jain et al. 2020; Bartan et al. 2023;
+read from the folder ``GRAPHS``, outside the repository, which does not hold the graphs) the
+smallest number of bytes within which *some* schedule runs it (any order, any recomputation;
+remat's replay semantics) is found by bisection with :func:`solvers.pebbling_search.decide`,
+each probe a witness (feasible) or a proof (infeasible):
 
 * the lower end starts at the largest single-step need minus one (trivially infeasible: some
   node's inputs plus output exceed it), the upper at the no-remat peak (feasible);

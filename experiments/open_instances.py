@@ -1,4 +1,4 @@
-"""Issue 18 (build 5): what the search reached on each published instance left ``open``.
+"""What the search reached on each published instance left ``open``.
 
 An instance of ``experiments/results/published_benchmark.csv`` is open when no method found a
 plan within its budget and no proof says none exists.  For each one this records the two

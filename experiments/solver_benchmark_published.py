@@ -3,9 +3,11 @@
 Length: a benchmark script, kept whole so that one file shows every method, the consistency
 checks of its results and the table it writes.
 
-For every graph in ``../shared/benchmarks/checkmate-graphs`` and every budget multiplier ``m``
-(default 0.9, 0.8, 0.7, 0.6), the budget is the peers' rule ``ceil(m * no_remat_peak)`` bytes
-(:meth:`remat.Graph.no_remat_peak`; Moccasin ``main.py``), and three methods run:
+For every published Checkmate/Moccasin benchmark graph (Jain et al. 2020; Bartan et al. 2023;
+read from ``$REMAT_BENCHMARKS``, by default the folder ``DEFAULT_BENCH`` outside the repository,
+which does not hold the graphs) and every budget multiplier ``m`` (default 0.9,
+0.8, 0.7, 0.6), the budget is the peers' rule ``ceil(m * no_remat_peak)`` bytes
+(:meth:`remat.Graph.no_remat_peak`, as in Moccasin's benchmark script), and three methods run:
 
 * ``milp``: the exact Checkmate MILP, ``policies.Checkmate(time_limit=T)``;
 * ``lp``: LP relaxation plus rounding, ``policies.Checkmate(relax="lp", time_limit=T)``;

@@ -18,7 +18,7 @@ popped, and the only exact-size match a page-in finds is its own pre-swap slot. 
 then the no-swap layout (vgg16 batch 64: 317.3 MB arena with or without swap while the peak drops
 from 228.4 to 101.5 MB; V3 gives 231.7 and 105.6 MB).  NNTrainer itself never needed V1 to shrink:
 with swap its planned offsets are offsets in the swap *file*, and device memory is one ``calloc``
-per resident tensor (notes §4.2), so its device footprint is the resident bytes, which V3's
+per resident tensor, so its device footprint is the resident bytes, which V3's
 first-gap layout approximates within a few percent.
 
 With ``swap`` the idle stretches of each value are paged out to storage, in POET's plan

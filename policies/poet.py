@@ -2,8 +2,8 @@
 
 Patil, Jain, Dutta, Stoica, Gonzalez, "POET: Training Neural Networks on Tiny Devices with
 Integrated Rematerialization and Paging", ICML 2022: Algorithm 1 / eq. (1) with the energy
-objective of eq. (2) and the runtime constraint of eq. (3), in the self-consistent restatement of
-``notes/seeds-poet-olla.md`` A.5, solved by :func:`solvers.poet.solve_poet` on the Checkmate core.
+objective of eq. (2) and the runtime constraint of eq. (3), restated self-consistently in
+:mod:`solvers.poet` and solved by :func:`solvers.poet.solve_poet` on the Checkmate core.
 Costs come from a :mod:`remat.core.devices` profile: per-node compute time/energy
 (``node_costs``) and per-node page-in/page-out time/energy from the output bytes.
 """
@@ -32,7 +32,7 @@ def device_costs(graph: Graph, device, cost_model: str | None = None) -> dict[st
     latency + bytes / bandwidth, POET's ``Phi_pagein``/``Phi_pageout``).  ``device=None`` uses the
     graph's own ``time_s``/``energy_j`` and free paging (tests only).  ``cost_model`` is passed
     to ``DeviceProfile.node_costs`` (``"roofline"``, the profile's default, or ``"poet"``: POET's
-    FLOP-based ``flops / FLOPS_PER_WATT`` energy, A.7).
+    FLOP-based ``flops / FLOPS_PER_WATT`` energy).
     """
     n = graph.n
     if device is None:
@@ -76,7 +76,7 @@ class Poet(BasePolicy):
         :class:`remat.Plan` (e.g. an ablation's or Checkmate's plan) to start from; ``False``.
       count_paging_time: add page-in/out time to the deadline row (POET's eq. 3 does not: it
         assumes DMA hides paging).
-      eps: tie-breaking cost per recompute and page move (relative, A.13.11).
+      eps: tie-breaking cost per recompute and page move (relative).
       threads: HiGHS threads (CP-SAT workers with ``solver="cpsat"``).
       solver: ``"highs"`` or ``"cpsat"`` (OR-Tools, the ``cpsat`` extra; no ``deadline``).
       cost_model: ``None`` (the device's default, what ``remat.simulate(..., device=)`` uses),

@@ -2,7 +2,7 @@
 
 Three parts, on the interfaces of :mod:`remat.core.layout` (lifetimes and sizes in, offsets out):
 
-* **Execution orders** (Algorithm 1, with the fixes of ``notes/seeds-nntrainer.md`` §2.2):
+* **Execution orders** (the paper's Algorithm 1, made consistent as follows):
   :func:`execution_orders` gives every layer ``i`` of an ``N``-layer chain the integer EOs of its
   four fine-grained steps, forward ``F = i`` and, with the backward index reversed
   (``r = N - 1 - i``), compute-gradient ``CG = N + 3r``, compute-derivative ``CD = CG + 1``,
@@ -11,7 +11,7 @@ Three parts, on the interfaces of :mod:`remat.core.layout` (lifetimes and sizes 
   ``AG = 3N + i`` (every CG before any AG).
 * **Tensor lifespans** of a layer chain given as arrays (:class:`LayerChain`): inputs/outputs
   ``X_j``, derivatives ``D_j`` (gradient w.r.t. ``X_j``), weights ``W_i``, weight gradients
-  ``dW_i``, each with the set of EOs that touch it (the request rules of the notes' §2.3), then
+  ``dW_i``, each with the set of EOs that touch it (NNTrainer's tensor request rules), then
   the **in-place / view merges**: the output of an elementwise in-place layer (ReLU, sigmoid:
   ``INPLACE``, NNTrainer's modify-view) shares its input's slot when the input is not read after
   the in-place op (``min EO(out) >= max EO(in)``), and so does its derivative; the output of a
@@ -86,7 +86,7 @@ class LayerChain(NamedTuple):
         CD; ``X_i`` is then not kept).
       trainable: ``bool[N]`` or None (default: all).  A non-trainable layer runs CD only (one
         EO for CG, CD, AG), neither keeps ``X_i`` for a CG nor has ``dW_i``.  Weight-free layers
-        stay trainable (notes §2.2.4: the sigmoid of Fig. 5 has its own CD).
+        stay trainable (the sigmoid of the paper's Fig. 5 has its own CD).
     """
 
     in_bytes: int
@@ -127,7 +127,7 @@ class Tensors(NamedTuple):
 
 
 def execution_orders(n: int, trainable: Any = None, *, grad_clip: bool = False) -> np.ndarray:
-    """Algorithm 1's EOs, backward index reversed (notes §2.2).
+    """Algorithm 1's EOs (Moon et al. 2024), backward index reversed.
 
     Args:
       n: number of layers ``N``.
@@ -158,7 +158,7 @@ def execution_orders(n: int, trainable: Any = None, *, grad_clip: bool = False) 
 def lifespans(chain: LayerChain, *, grad_clip: bool = False, merge: bool = True) -> Tensors:
     """The merged tensors of ``chain`` with their EOs, lifetimes and sizes.
 
-    Request rules (notes §2.3): ``X_j`` is touched by its producer's F, its consumer's F, the
+    Request rules (NNTrainer's): ``X_j`` is touched by its producer's F, its consumer's F, the
     consumer's CG (trainable :data:`WEIGHTED`) or CD (:data:`OTHER`), and the producer's CD when
     the producer is :data:`INPLACE` (its backward reads its output); the chain output ``X_N``
     also by the loss at EO ``N``.  ``D_j`` (gradient w.r.t. ``X_j``, ``j >= 1``) is written at
@@ -280,7 +280,7 @@ def basic(intervals: Any, sizes: Any) -> np.ndarray:
 
 
 def optimized_v1(intervals: Any, sizes: Any) -> np.ndarray:
-    """NNTrainer's ``OptimizedV1Planner`` (notes §3.4), on inclusive lifetimes.
+    """NNTrainer's ``OptimizedV1Planner``, on inclusive lifetimes.
 
     Requests by (start, end) ascending; a stack of slots ordered by offset; before each request
     the expired slots on top are popped; then the highest expired slot of *exactly* the request's

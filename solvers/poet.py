@@ -1,9 +1,9 @@
 """POET: energy-optimal rematerialization and paging as one MILP (Patil et al., ICML 2022).
 
-The formulation is POET's Algorithm 1 / eq. (1) as restated self-consistently in
-``notes/seeds-poet-olla.md`` A.5, on top of the Checkmate core of :mod:`solvers.checkmate`
-(``R``, ``S`` = POET's ``S_RAM``, the memory rows ``U`` with their ``FREE`` variables: the exact
-device-memory model of :mod:`remat.core.schedule`).  POET adds, over ``T = n`` frontier-advancing steps:
+The formulation is POET's Algorithm 1 / eq. (1), restated self-consistently below, on top of
+the Checkmate core of :mod:`solvers.checkmate` (``R``, ``S`` = POET's ``S_RAM``, the memory rows
+``U`` with their ``FREE`` variables: the exact device-memory model of :mod:`remat.core.schedule`).
+POET adds, over ``T = n`` frontier-advancing steps:
 
 * ``S_aux[t, i]`` (value i held in secondary storage entering step t), ``M_in[t, i]`` (page-in
   during step t, lands at its end), ``M_out[t, i]`` (page-out during step t, from its start),
@@ -14,10 +14,11 @@ device-memory model of :mod:`remat.core.schedule`).  POET adds, over ``T = n`` f
 * page-out source      ``M_out[t, i] <= S[t, i]``
 * deadline (eq. 3)     ``sum_t sum_i Psi_i R[t, i] (+ paging time if counted) <= deadline``
 * objective (eq. 2)    ``min sum_t sum_i Phi_c_i R[t,i] + Phi_in_i M_in[t,i] + Phi_out_i M_out[t,i]``
-  plus a tie-breaking epsilon per recompute and per page move (A.13.11).
+  plus a tie-breaking epsilon per recompute and per page move.
 
-Ablations (A.5): ``paging=False`` pins ``S_aux = M_in = M_out = 0`` (remat only, Checkmate with
-an energy objective); ``remat=False`` pins ``R = I`` (paging only).
+Ablations (the paper's remat-only and paging-only baselines): ``paging=False`` pins
+``S_aux = M_in = M_out = 0`` (remat only, Checkmate with an energy objective); ``remat=False``
+pins ``R = I`` (paging only).
 
 Units: bytes, seconds, joules.  No jax here.
 """
@@ -57,7 +58,7 @@ class PoetProblem:
       deadline: ``mu_deadline`` in seconds, or ``None`` for no runtime constraint.
       paging, remat: ablation switches.
       count_paging_time: add page time to the deadline row (POET's eq. 3 does not: it assumes
-        DMA hides paging, A.6/A.13.3).
+        DMA hides paging).
       eps: tie-breaking cost per recompute / page move, relative to the mean positive per-node
         compute energy.
     """
@@ -135,7 +136,7 @@ def schedule_costs(problem: PoetProblem, R, M_in, M_out) -> dict[str, float]:
 
 
 def cleanup_schedule(edges: np.ndarray, R, S, M_in, M_out):
-    """Remove useless work from a schedule without adding memory or energy (A.13.11).
+    """Remove useless work from a schedule without adding memory or energy.
 
     Repeated until nothing changes: a recompute ``R[t, i]`` (``i < t``) whose output no later
     node of step t reads and that is not carried into ``S[t+1]``; a carry ``S[t+1, i]`` that

@@ -6,8 +6,8 @@ names resolve, and every results file has a page with its command.
 * ``remat --help`` (``experiments/cli.py``) lists exactly the subcommands of the quickstart's
   table, and every ``remat SUBCOMMAND --flag`` written in the README or the docs exists.
 * Every repository path and every ``remat.`` / ``policies.`` / ``solvers.`` / ``experiments.``
-  name written in code in the README or the docs exists; library docstrings cite only paths that
-  exist in the repository.
+  name written in code in the README or the docs exists; library and experiment docstrings cite
+  only paths that exist in the repository, and no file outside it (``../``, ``shared/``, notes).
 * ``docs/results_pages.py`` has an entry, with its command, for every file in
   ``experiments/results/``; every CSV/JSON there is named by a docs page or by that registry,
   and the page each entry names says the file's name.
@@ -252,24 +252,54 @@ def test_readme_is_short_and_keeps_the_ci_commands():
     assert 'pip install -e ".[dev]" && remat compare mlp --budget 50%' in lines
 
 
+#: Citations of files outside the repository: a parent folder (``../x``), the shared folder of
+#: the project's working notes (``shared/...``) or its design notes (``notes/...``, ``notes §2``).
+_OUTSIDE = re.compile(r"(?<![\w.-])(?:\.\./[\w./-]*\w|(?:shared|notes)/[\w./-]*\w|notes\s+§)")
+#: An output path in a command (``--out PATH``): made by the command, not cited.
+_OUT_ARG = re.compile(r"--out[ =]\S+")
+
+
+def docstring_citation_problems(source: str) -> list[str]:
+    """The paths the docstrings of the Python ``source`` cite that are not in the repository:
+    repository paths that do not exist and any citation of a file outside it."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = _OUT_ARG.sub("", ast.get_docstring(node) or "")
+            problems += missing_paths(doc)
+            problems += [f"{p} (outside the repository)" for p in _OUTSIDE.findall(doc)]
+    return problems
+
+
 def test_docstrings_cite_existing_files():
     problems = []
-    for pkg in ("remat", "policies", "solvers", "examples"):
+    for pkg in ("remat", "policies", "solvers", "examples", "experiments"):
         for d, _, files in os.walk(os.path.join(ROOT, pkg)):
             for f in sorted(files):
-                if not f.endswith(".py"):
-                    continue
-                path = os.path.join(d, f)
-                tree = ast.parse(_read(path))
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
-                                  | ast.AsyncFunctionDef):
-                        doc = ast.get_docstring(node) or ""
-                        problems += [f"{os.path.relpath(path, ROOT)}: {p}"
-                                     for p in missing_paths(doc)]
-                        problems += [f"{os.path.relpath(path, ROOT)}: {p} (outside the repository)"
-                                     for p in re.findall(r"(?<![\w/])shared/[\w./-]+", doc)]
+                if f.endswith(".py"):
+                    path = os.path.join(d, f)
+                    problems += [f"{os.path.relpath(path, ROOT)}: {p}"
+                                 for p in docstring_citation_problems(_read(path))]
     assert not problems, "docstrings cite files that do not exist:\n" + "\n".join(problems)
+
+
+def test_docstring_check_catches_planted_citations():
+    """A docstring citing a missing repository file, a design note or a file beside the
+    repository is caught; one citing an existing file, a paper or an output path is not."""
+    def cites(doc: str) -> list[str]:
+        return docstring_citation_problems(f'"""{doc}"""\n\ndef f():\n    """{doc}"""\n')
+
+    assert cites("See ``solvers/no_such.py``.") == ["solvers/no_such.py"] * 2
+    assert cites("Restated in ``notes/seeds-poet-olla.md`` A.5.") == [
+        "notes/seeds-poet-olla.md (outside the repository)"] * 2
+    assert cites("Graphs of ``../shared/benchmarks/checkmate-graphs``.") == [
+        "../shared/benchmarks/checkmate-graphs (outside the repository)"] * 2
+    assert cites("The table of ``shared/notes/gpu-1.md``.") == [
+        "shared/notes/gpu-1.md (outside the repository)"] * 2
+    assert cites("Request rules (notes §2.3).") == ["notes § (outside the repository)"] * 2
+    assert cites("See ``solvers/bounds.py`` and ``docs/design/decisions/0003-path-cuts.md``; "
+                 "Patil et al., POET, ICML 2022; python -m x --out experiments/results/new.csv; "
+                 "the notes that leave paged bytes; fwd/bwd notes.") == []
 
 
 def test_every_results_file_has_a_page_and_command():

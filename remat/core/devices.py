@@ -20,7 +20,8 @@ Models (all vectorised over numpy arrays):
   read once, output written once), so a fused elementwise chain inside it costs one pass over
   its bytes, not one per equation; a value kept for the backward pass costs the write of its
   producer and one read per consumer, each counted in the node that does it.
-* compute, ``model="poet"``: POET's FLOP model (``poet/power_computation.py``):
+* compute, ``model="poet"``: POET's FLOP model (``poet/power_computation.py`` of the
+  authors' POET code, Patil et al., ICML 2022):
   ``time = flops / FLOPS``, ``energy = flops / FLOPS_PER_WATT`` (``flops_per_joule``; when a
   profile has none, ``time * compute_watts``).
 * paging (POET's ``Phi_out = (PAGEOUT_LATENCY + bytes / PAGEOUT_THROUGHPUT) * MEMORY_POWER``,

@@ -200,8 +200,9 @@ class Graph:
         Memory at step ``t`` = ``out_bytes[t]`` + every earlier output still needed at step ``t``
         or later (an output is freed right after its last reader); parameters are not counted.
         A relative budget ``m`` is ``ceil(m * no_remat_peak())`` bytes
-        (``remat.resolve_budget("90%", g)`` or ``"0.9x"``), as in Moccasin (``main.py``:
-        ``B = math.ceil(topo_mem * mul)``, ``topo_mem`` from ``util.get_mem_from_schedule``)
+        (``remat.resolve_budget("90%", g)`` or ``"0.9x"``), as in Moccasin's benchmark script
+        (Bartan et al., ICML 2023: ``B = math.ceil(topo_mem * mul)``, ``topo_mem`` the peak of
+        the program's order)
         and the Checkmate budget sweeps. Equals the replayed peak of
         :func:`remat.core.plan.checkpoint_all_plan`.
 

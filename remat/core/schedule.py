@@ -5,8 +5,8 @@ The memory model lives in one executable form, the event program of :mod:`remat.
 :func:`remat.simulate` reports from it, :meth:`Plan.validate` checks legality with it, and the
 executor interprets the same events.  It shares no code with the MILP builders in :mod:`solvers`.
 
-Paging (POET plans, Patil et al. 2022, restated constraints of ``notes/seeds-poet-olla.md``
-A.5/A.6).  Only device memory is counted; ``S_aux`` (secondary storage) costs nothing.
+Paging (POET plans, Patil et al. 2022, with the constraints of :mod:`solvers.poet`).  Only
+device memory is counted; ``S_aux`` (secondary storage) costs nothing.
 
 * ``page_out[t, i]`` happens at the *start* of step ``t``, before any compute of the step, and
   needs ``S[t, i]`` (POET's ``M_out <= S_RAM``).  It copies the value to storage and does not

@@ -2,8 +2,9 @@
 
 13 conv3x3 layers (64, 64, M, 128, 128, M, 256x3, M, 512x3, M, 512x3, M) with ReLU, then the
 classifier ``flatten -> fc1(4096) -> ReLU -> fc2(4096) -> ReLU -> predictions(num_classes)``,
-exactly as ``poet/architectures/vgg.py`` (whose flatten width is ``512 * (H/32) * (W/32)``,
-so the same network serves CIFAR at 32x32 and ImageNet at 224x224).
+exactly as ``poet/architectures/vgg.py`` of the POET authors' code (Patil et al., ICML 2022;
+its flatten width is ``512 * (H/32) * (W/32)``, so the same network serves CIFAR at 32x32 and
+ImageNet at 224x224).
 
 Parameter counts (hand formula, checked in tests):
   * 224x224, 1000 classes: 138,357,544 (the published VGG-16 figure, e.g. torchvision ``vgg16``).
