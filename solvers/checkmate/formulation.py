@@ -23,15 +23,14 @@ Formulation work on top of the paper (each optional, see :class:`Formulation`):
   removed by :func:`~solvers.checkmate.problem.normalize`; the frontier is the last node of its
   step).
 * ``prune``: ``R[t, i] = S[t, i] = 0`` once no descendant of ``i`` has index ``>= t``.
-* ``useful`` (off by default: it slowed HiGHS down, 25 s -> 36 s on a 101-node chain): dominance
+* ``useful`` (off by default: it slowed HiGHS down): dominance
   rows ``R[t,i] <= S[t+1,i] + sum_{users j<=t} R[t,j]`` and the same for ``S[t,i]``: only
   *normalised* schedules (no wasted recomputation, no dead checkpoint) are kept; one of them is
   always optimal because normalising never raises cost or memory.
 * ``frontier_rows``: the memory while the frontier ``t`` runs,
   ``M_t + sum_{p in preds(t)} M_p + sum_{i<t, i not in preds(t)} M_i S[t+1, i] <= budget``,
   written directly on ``S`` (a knapsack row the LP relaxation otherwise only sees through ``U``).
-  This is the change that matters: a 101-node chain at 30% goes from a 60 s time-out to an
-  optimum in about 25 s, and the root LP bound is within 0.3% of the optimum.
+  This is the row that makes chains solvable.
 * ``memory_chain=False``: drop ``U``/``FREE`` and keep start-of-step rows
   ``sum_i M_i S[t, i] <= budget`` (with the frontier rows); a relaxation, much smaller.
   ``chain_steps``: the chain for those steps only, start rows for the others (a relaxation
@@ -49,6 +48,8 @@ that would exceed 1e7 units; every returned schedule is then re-checked in bytes
 Extensions (e.g. POET's paging, :mod:`solvers.poet`) subclass :class:`CoreExtension` and are
 passed to :func:`add_checkmate_core`; they see the core's columns and rows through a
 :class:`CoreContext`, whose :class:`CoreRows` maps name core rows by step and node.
+
+What each option bought, measured: ``docs/design/decisions/0001-checkmate-milp-formulation.md``.
 """
 
 from __future__ import annotations

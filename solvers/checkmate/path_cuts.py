@@ -29,38 +29,17 @@ Separation (:func:`separate`): for each step ``tt`` a dynamic programme over the
 topological order gives, for every ``t0`` and node ``u``, the cheapest path from ``u``:
 ``best[t0, u] = S[t0, u] + min(sum_{s=t0..tt} R[s, u], min_{w in preds(u)} best[t0, w])``;
 a row is violated where ``min_{k < t0 <= tt} best[t0, k] < X``.  ``O(n^2 |E|)`` work per
-round in a compiled (numba) kernel: 10-30 ms for 202 nodes.
+round, in a compiled (numba) kernel.
 
 Loop (:func:`path_cut_loop`): the small LP (start-of-step and frontier rows, no ``U``/``FREE``
 chain) is solved, violated rows are added, the LP is re-solved warm (cold after three rounds
 without progress: the LP is degenerate and a warm re-solve stays at one vertex), until none is
 violated, the bound stalls or the time share is spent.  Every LP of the loop is a relaxation
 of the MILP, so its optimum is a valid lower bound.  Only the rows with a nonzero dual at the
-last LP go to the MILP (they alone carry the bound; keeping every tight row, 6-9 thousand on
-the MLPs, made HiGHS's search slower), usually 5-30 rows.
+last LP go to the MILP (they alone carry the bound; keeping every tight row made HiGHS's
+search slower), usually 5-30 rows.
 
-Measured on the 100-layer random-width Flax MLPs at 30 % (``experiments/milp_unseen.py``, 60 s,
-the graph's costs come from a per-process host calibration, so each process has its own
-instances; with and without the cuts on the same instance):
-
-* three instances of one calibration (seeds 0, 2, 4; measured before the cold restarts were
-  added): proven optimal in 26 / 37 / 46 s with the cuts, none without (gaps 0.038 / 0.049 / 0.100 %); on seed 0 the LP bound rises from
-  1.20492x to 1.20546x (optimum 1.20624x);
-* (this set and the next: ``experiments/results/path_cuts_paired.csv``, instances of
-  ``experiments.milp_unseen.random_width_mlp(seed, numpy_params=True)`` extracted once per set
-  and solved in one process each, by a script not kept in the repository)
-* five seeds of a third calibration, through :func:`~solvers.checkmate.solve.solve_checkmate`
-  with the policy's warm start: 4 of 5 proven with the cuts (seeds 0-3 in 31 / 27 / 39 / 43 s),
-  2 of 5 without (seeds 1, 3 in 24 / 35 s); seed 4 stops at 0.074 % with, 0.091 % without;
-* five seeds of another (``milp_unseen.csv``): 3 of 5 proven with the cuts (seeds 1, 3, 4 in
-  19 / 49 / 33 s), 2 of 5 without (seeds 1, 3 in 16 / 14 s); seed 0 ends at 0.056 % with
-  against 0.031 % without, seed 2 at 0.049 % against 0.053 %.  The cuts are not a win on every
-  instance (seed 3: 49 s against 14 s): MILP run times vary a lot between equivalent models.
-
-Tried and dropped: every tight row to the MILP (above); the "staircase" generalisation, one
-start step per path node instead of one ``t0`` (its most violated rows are narrow diagonal
-regions the LP moves around: the bound did not move in 25 rounds); a row per recomputation
-bounding the bytes resident while it runs (the LP bound did not move at all).
+Measurements, and what was tried and dropped: ``docs/design/decisions/0003-path-cuts.md``.
 """
 
 from __future__ import annotations
@@ -371,11 +350,9 @@ def path_cut_loop(problem: CheckmateProblem, formulation: Formulation, time_limi
     not fit in the time left (estimated from the last one).
 
     Args:
-      stall_rounds: 16, not 8: the LP is degenerate, and on a 100-layer MLP at 30 % the bound
-        sat at 1.202208x for 10 rounds (cuts still violated, cold re-solves between) before it
-        rose to 1.20236x with no violated row left (10.7 s); with 8 the loop stopped on the
-        plateau.  The price: up to 8 more rounds on a true plateau (about 6 s there), within
-        the loop's share of the time.
+      stall_rounds: rounds with too little progress before the loop stops; the LP is
+        degenerate and its bound can sit on a plateau for several rounds before it rises (why
+        16: ``docs/design/decisions/0003-path-cuts.md``).
       cold: re-solve every round from scratch; ``cold_after``: from scratch after that many
         rounds without progress (0: never).
       per_demand: rows per demand (one per ``t0``, the most violated first);
