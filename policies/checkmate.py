@@ -79,8 +79,7 @@ class CheckmateMILP(BasePolicy):
       lazy_memory: (HiGHS and the race) build the MILP's ``U``/``FREE`` memory chain only on the steps
         whose replayed peak a relaxation without it overshoots
         (:func:`solvers.checkmate.solve.solve_checkmate`); ``meta["lazy_rounds"]`` lists the
-        rounds.  100-layer random-width MLPs, 60 s: 7 of 10 proven optimal instead of 4
-        (``experiments/results/milp_unseen.csv``).
+        rounds (measured: ``docs/design/decisions/0002-lazy-memory-chain.md``).
       path_cuts: (HiGHS and the race) strengthen the small LP solved first with path cuts
         (:mod:`solvers.checkmate.path_cuts`) and give the MILP the rows that bind there.
       portfolio: (HiGHS, lazy) lazy HiGHS searches run at once with different random seeds,
@@ -95,8 +94,7 @@ class CheckmateMILP(BasePolicy):
         windows of nodes across every step; see :mod:`solvers.checkmate.lns`).
       lns_lp_start: with ``lns``, also run LP relaxation + rounding (a third of the time left)
         and start from its schedule when it is the cheapest candidate; its LP bound is the
-        bound returned.  ResNet50 (published graph, m = 0.8): LP rounding 1.0056x, then LNS
-        1.0030x (``experiments/results/lns_published.csv``).
+        bound returned (measured: ``docs/design/decisions/0006-checkmate-lns.md``).
 
     ``meta``: ``objective`` is the plan's compute cost (the graph's cost units), ``lower_bound``
     the solver's proven bound on frontier-form schedules in the graph's order; ``tried``,
@@ -331,9 +329,8 @@ class Checkmate(CheckmateMILP):
 
 def chain_dp_start(graph: Graph) -> ChainDP:
     """ChainDP as a warm start of ``graph``: finer memory levels than its own fast-mode default
-    (256) while its table stays near ``4e7`` entries (``(n/2)^2`` states per level): on the
-    100-layer random-width MLPs (202 nodes) 256 levels left 1.12391x at 50 % (seed 0), 3921
-    levels give 1.12294x in ~1.6 s, within 0.024 % of the MILP's bound after 60 s (1.12267x)."""
+    (256, at most 4096) while its table stays near ``4e7`` entries (``(n/2)^2`` states per
+    level).  Measured: ``docs/design/decisions/0001-checkmate-milp-formulation.md``."""
     k = max(1, graph.n // 2)
     return ChainDP(max_levels=int(min(4096, max(256, 4e7 / (k * k)))))
 

@@ -47,9 +47,9 @@ one after another, any order, any recomputation, within ``witness_states`` state
 :func:`~solvers.pebbling_search.prune_best` (recomputations pruned most expensive per byte
 first, and most expensive first, the cheaper kept), competes with the step-wise plans on
 cost, and ``meta["method"]`` says which won. Unless ``frontier=True``, the step-wise plans are
-pruned the same way (random layered DAG n = 250 at m = 0.7: 15.2x to 7.3x).  When that search
-proves a budget infeasible the error says so.  Random layered DAGs of the Checkmate benchmark
-at m = 0.6: n = 250 (88 104 B) went from no plan to 2.17x, n = 100 from 7.89x to 2.21x.
+pruned the same way.  When that search proves a budget infeasible the error says so.  What the
+witness search and the pruning bought:
+``docs/design/decisions/0010-pebbling-witness-search.md``.
 """
 
 from __future__ import annotations

@@ -273,9 +273,8 @@ def prune_recomputation(seq: Sequence[int], preds: Sequence[Sequence[int]], size
     sooner).  Bytes only grow between ``k``'s last read and ``i``, so that range alone is
     checked against the budget.  Candidates are tried in ``order``: ``"cost"``, the most
     expensive first, or ``"density"``, the most expensive per byte first (cost over output
-    size: a knapsack's greedy order, better when sizes differ: on a 1000-layer chain with
-    sizes 1..8 MiB at 30 %, polishing a 16-level ChainDP plan left 1.199x with ``"cost"`` and
-    1.154x with ``"density"``, against a persistent optimum of 1.154x).  Passes repeat until
+    size: a knapsack's greedy order, better when sizes differ; measured in
+    ``docs/design/decisions/0007-chain-dp-level-portfolio.md``).  Passes repeat until
     one removes nothing.  The first computation of every node stays.  Returns the new run
     order, whose peak (:func:`sequence_live_bytes`) is within ``max(budget, peak of seq)``.
 

@@ -202,8 +202,7 @@ class Graph:
         A relative budget ``m`` is ``ceil(m * no_remat_peak())`` bytes
         (``remat.resolve_budget("90%", g)`` or ``"0.9x"``), as in Moccasin's benchmark script
         (Bartan et al., ICML 2023: ``B = math.ceil(topo_mem * mul)``, ``topo_mem`` the peak of
-        the program's order)
-        and the Checkmate budget sweeps. Equals the replayed peak of
+        the program's order) and the Checkmate budget sweeps.  Equals the replayed peak of
         :func:`remat.core.plan.checkpoint_all_plan`.
 
         Returns:

@@ -61,16 +61,16 @@ def solve_checkmate_lp(
 
     The default LP drops the ``U``/``FREE`` memory chain and keeps dependencies, carries, the
     frontier rows and start-of-step rows ``sum_i M_i S[t, i] <= budget``: every one of them holds
-    for every legal schedule, so its optimum is still a valid lower bound, and on chain graphs it
-    equals the full LP's bound (n = 101: 220.48 both; n = 201: 454.60 both) while solving 5-7x
-    faster (n = 201: 1.8 s vs 13 s).  Pass ``Formulation()`` for the full LP.
+    for every legal schedule, so its optimum is still a valid lower bound; on chain graphs it
+    equals the full LP's bound and solves faster
+    (``docs/design/decisions/0001-checkmate-milp-formulation.md``).  Pass ``Formulation()``
+    for the full LP.
 
     Args:
       time_limit: seconds for everything (LPs, roundings, fallbacks).
       heuristic_fallback: when no rounding fits, fall back as above; ``False`` raises
         :class:`~remat.core.errors.SolverTimeoutError` carrying the LP bound instead (for a caller
-        that already has the heuristics' schedules: on the n = 500 published DAG the fallback
-        re-ran them for 20 s past the time limit).
+        that already has the heuristics' schedules, which the fallback would run again).
 
     Returns a :class:`CheckmateSolution` with status ``feasible`` (``optimal`` when the rounded
     cost meets the LP bound); ``lower_bound`` is the LP relaxation's optimum.

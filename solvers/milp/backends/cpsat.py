@@ -2,9 +2,8 @@
 
 CP-SAT solves integer programs with a portfolio of workers (LP-based branching, clause
 learning, large-neighbourhood search) that share bounds; on the symmetric chains where HiGHS's
-branch-and-bound proves slowly it proves fast: the zoo MLP (36 nodes, 16 identical layers) at
-50 % of its no-remat peak, Checkmate's MILP proven optimal (1.340x) in 12 s with 4 workers on a
-loaded 2-core machine, where HiGHS needed 40-60 s (``experiments/results/cpsat_benchmark.csv``).
+branch-and-bound proves slowly it proves fast (measured in
+``docs/design/decisions/0005-cpsat-and-race.md``).
 
 CP-SAT needs integer data.  :func:`solve_cpsat` takes every column as an integer variable (a
 continuous column of the model must be *implied* integral by integer data, as Checkmate's

@@ -1,12 +1,11 @@
 """The ``"race"`` MILP back end: HiGHS and CP-SAT racing on one
 :class:`~solvers.milp.MilpModel` (no jax).
 
-Neither back end dominates on Checkmate's MILP: on the zoo MLP (36 nodes, identical layers) at
-50 % CP-SAT proves the optimum in ~10 s where HiGHS needs 40-60 s, on GPT-2 small (62 nodes)
-HiGHS proves it in 12 s where CP-SAT stops at a 2 % gap (``experiments/results/
-cpsat_benchmark.csv``).  :func:`solve_race` runs both at once in two threads (both release the
-GIL while searching): HiGHS with its default threads (its MIP search is serial), CP-SAT
-with ``cpsat_workers``.  The first to end
+Neither back end dominates on Checkmate's MILP: CP-SAT proves symmetric chains (identical
+layers) much sooner, HiGHS proves others where CP-SAT stops at a gap (measured in
+``docs/design/decisions/0005-cpsat-and-race.md``).  :func:`solve_race` runs both at once in
+two threads (both release the GIL while searching): HiGHS with its default threads (its MIP
+search is serial), CP-SAT with ``cpsat_workers``.  The first to end
 *optimal* stops the other (``cancelSolve`` / ``stop_search``); otherwise, at the time limit, the
 cheaper incumbent is returned with the larger of the two proven bounds (both are bounds on the
 same model), and the status is ``optimal`` when that closes the gap to ``mip_gap``.
