@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 from helpers.checkmate_problems import random_problem
+from helpers.event_oracle import oracle_peak, oracle_schedule_peak
 from helpers.limits import HIGHS_SPENT, SAFETY_S
 from helpers.models_we_did_not_write import (
     dropin_we_did_not_write,
@@ -139,7 +140,7 @@ def _check_plan(graph, sol, budget):
     plan.validate(graph)
     rep = remat.simulate(graph, plan)
     assert rep.peak_bytes <= budget
-    assert rep.peak_bytes == sol.peak_bytes
+    assert oracle_peak(graph, plan) == sol.peak_bytes  # sol's is the event program's
     assert rep.compute_time_s == pytest.approx(sol.objective, rel=1e-9)
     return rep
 
@@ -374,7 +375,7 @@ def test_to_frontier_form_recuts_other_schedules():
     fplan.validate(g)
     assert R.shape == (g.n, g.n) and np.diag(R).all()
     assert remat.simulate(g, fplan).compute_time_s == pytest.approx(remat.simulate(g, plan).compute_time_s)
-    assert schedule_memory(P, R, S)[0] == replay(g, fplan).peak_bytes
+    assert schedule_memory(P, R, S)[0] == oracle_peak(g, fplan)
     # a schedule whose first computations are out of index order cannot be re-cut
     R_bad = np.zeros((2, g.n), bool)
     R_bad[0, 1:] = True
@@ -619,8 +620,7 @@ def test_lazy_memory_chain_equals_the_full_model():
                 lazy = solve_checkmate(Pb, time_limit=SAFETY_S, lp_first=False, warm_start=None)
                 assert full.status == lazy.status == "optimal"
                 assert lazy.objective == pytest.approx(full.objective, rel=2e-4)
-                peak, _ = schedule_memory(Pb, lazy.R, lazy.S)
-                assert peak == lazy.peak_bytes <= Pb.budget
+                assert oracle_schedule_peak(Pb, lazy.R, lazy.S) == lazy.peak_bytes <= Pb.budget
                 assert lazy.objective == pytest.approx(float(Pb.costs @ lazy.R.sum(0)))
                 if lazy.meta.get("memory_chain") == "lazy":
                     rounds.append(len(lazy.meta["lazy_rounds"]))
@@ -650,7 +650,8 @@ def test_lazy_memory_policy_on_models_we_did_not_write(model):
     assert replay(g, lazy).peak_bytes <= b
     ap, fid = dropin_we_did_not_write(model)
     assert ap.plan.meta["memory_chain"] == "lazy" and ap.plan.meta["status"] == "optimal"
-    assert ap.plan.meta["objective"] == pytest.approx(lazy.meta["objective"], rel=2e-4)
+    # the drop-in runs the lazy policy again: its optimum is checked against the whole model's
+    assert ap.plan.meta["objective"] == pytest.approx(full.meta["objective"], rel=2e-4)
     assert_residuals_within_plan_or_warned(ap, fid)
     # the op-by-op executor's measured live bytes: within 5 % of the replay, and the budget
     from helpers.checks import run_and_check

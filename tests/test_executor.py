@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.checks import assert_same, run_and_check
+from helpers.event_oracle import oracle_peak
 from helpers.extract_models import MODELS, make_mlp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,7 +127,7 @@ def test_paging_roundtrip(store):
     assert_same(grads, rg)
     sim = remat.simulate(g, plan)
     assert stats.bytes_paged == 2 * g.nodes[f].out_bytes == sim.bytes_paged
-    assert stats.peak_bytes_bookkeeping == sim.peak_bytes
+    assert stats.peak_bytes_bookkeeping == oracle_peak(g, plan)
     assert abs(stats.peak_bytes - sim.peak_bytes) <= 0.05 * sim.peak_bytes
     # the paged value is off the device between t_out and r: the step-start samples show it
     tl = stats.timeline

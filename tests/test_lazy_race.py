@@ -12,12 +12,13 @@ import threading
 import numpy as np
 import pytest
 from helpers.checkmate_problems import random_problem
+from helpers.event_oracle import oracle_schedule_peak
 from helpers.limits import SAFETY_S
 
 import remat
 from remat.core.errors import InfeasibleBudgetError, SolverTimeoutError
 from solvers.checkmate import CheckmateProblem, min_feasible_budget, solve_checkmate
-from solvers.checkmate.problem import schedule_cost, schedule_memory
+from solvers.checkmate.problem import schedule_cost
 
 pytest.importorskip("ortools")
 
@@ -31,8 +32,7 @@ def _instances():
 
 
 def _check(P, sol):
-    peak, _ = schedule_memory(P, sol.R, sol.S)
-    assert peak == sol.peak_bytes <= P.budget
+    assert oracle_schedule_peak(P, sol.R, sol.S) == sol.peak_bytes <= P.budget
     assert sol.objective == pytest.approx(schedule_cost(P, sol.R))
     assert sol.lower_bound <= sol.objective * (1 + 1e-9)
 

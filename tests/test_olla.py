@@ -10,6 +10,7 @@ import itertools
 import jax
 import numpy as np
 import pytest
+from helpers.event_oracle import oracle_peak
 from helpers.limits import SAFETY_S, spend_highs_time
 from helpers.orders import graph_of, random_dag, topological_orders
 
@@ -175,7 +176,8 @@ def test_policy_reorders_and_places():
     lt = layout.lifetimes(events)
     layout.validate(lt.intervals, lt.sizes, plan.offsets)
     bound = layout.max_live_lower_bound(lt.intervals, lt.sizes)
-    assert bound == best and plan.meta["arena_bytes"] == layout.arena_size(plan.offsets, lt.sizes)
+    top = max(o + s for o, s in zip(plan.offsets.tolist(), lt.sizes.tolist()))  # by hand
+    assert bound == best and plan.meta["arena_bytes"] == top
     assert plan.meta["arena_bytes"] >= bound
     rep = remat.simulate(g, plan)
     assert rep.arena_bytes == plan.meta["arena_bytes"]
@@ -225,4 +227,4 @@ def test_gradients_unchanged_through_execute():
     np.testing.assert_allclose(np.asarray(value), np.asarray(rv), rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(rg)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    assert stats.peak_bytes_bookkeeping == remat.simulate(g, plan).peak_bytes
+    assert stats.peak_bytes_bookkeeping == oracle_peak(g, plan)

@@ -74,3 +74,32 @@ def oracle_run(n, sizes, edges, R, S, page_in=None, page_out=None, S_aux=None) -
         stored |= set(outs)
     peak = max(compute_live + step_start + [0])
     return OracleResult(legal, compute_live, step_start, peak)
+
+
+def oracle_peak(g, plan) -> int:
+    """The peak bytes of a legal ``plan`` on the graph ``g`` by :func:`oracle_run` (the written
+    rules, no code shared with :mod:`remat.core.events`, which ``remat.simulate``, the policies'
+    ``meta["peak_bytes"]`` and the executor's bookkeeping all fold)."""
+    mats = [None if m is None else m.tolist() for m in (plan.page_in, plan.page_out, plan.S_aux)]
+    ref = oracle_run(g.n, g.sizes.tolist(), g.edge_array.tolist(), plan.R.tolist(),
+                     plan.S.tolist(), *mats)
+    assert ref.legal, "the oracle finds the plan illegal"
+    return ref.peak
+
+
+def hand_compute_cost(g, plan) -> float:
+    """The compute cost of ``plan`` by hand: every computation ``R[t][i]`` costs node ``i``'s
+    ``time_s`` (plain Python over the nodes, not :func:`remat.simulate`)."""
+    return sum(node.time_s * sum(bool(row[i]) for row in plan.R.tolist())
+               for i, node in enumerate(g.nodes))
+
+
+def oracle_schedule_peak(problem, R, S) -> int:
+    """:func:`oracle_peak` of a schedule ``(R, S)`` of a :class:`solvers.checkmate.CheckmateProblem`
+    (what ``solvers.checkmate.problem.schedule_memory`` and a solution's ``peak_bytes`` report
+    through the event program)."""
+    ref = oracle_run(problem.n, [int(b) for b in problem.sizes],
+                     [(int(a), int(b)) for a, b in problem.edges],
+                     [[bool(x) for x in row] for row in R], [[bool(x) for x in row] for row in S])
+    assert ref.legal, "the oracle finds the schedule illegal"
+    return ref.peak
