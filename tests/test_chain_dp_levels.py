@@ -17,11 +17,6 @@ from remat.core.errors import (
 )
 from remat.core.schedule import replay
 from solvers.chain_dp import (
-    COARSE_LEVELS,
-    EXACT_ENTRIES,
-    EXACT_WORK,
-    LEVEL_WORK,
-    MAX_LEVELS,
     compiled_available,
     level_portfolio,
     min_feasible_budget,
@@ -52,39 +47,26 @@ def _optimum(g, b: int) -> float:
     return sol.cost
 
 
-def test_portfolio_rule():
+def test_an_explicit_level_count_is_the_only_one_tried():
     g = _mib_chain(300, 0)
-    prob = chain_problem(g)[0]
     b = int(0.3 * g.no_remat_peak())
-    assert level_portfolio(prob, b, 40) == [40]
-    # 256 levels of one MiB hold a 200 MiB budget: no rounding, one exact fill
-    assert level_portfolio(prob, 200 * 2**20) == [MAX_LEVELS]
-    assert level_portfolio(prob, b) == [MAX_LEVELS, COARSE_LEVELS]  # 300 layers: both
-    x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
-    assert MAX_LEVELS * float(np.sum((x + 1) * (x + 2) / 2)) <= LEVEL_WORK
-    # 1000 layers: a 256-level fill would take ~8 s; the coarse one alone
-    assert level_portfolio(chain_problem(_mib_chain(1000, 0))[0], 1400 * 2**20) == [COARSE_LEVELS]
+    assert level_portfolio(chain_problem(g)[0], b, 40) == [40]
+    plan = ChainDP(budget=b, max_levels=40).plan(g)
+    assert [t["levels"] for t in plan.meta["dp_levels_tried"]] == [40]
+    assert replay(g, plan, strict=True).peak_bytes <= b
 
 
-def test_finer_levels_first_when_the_unrounded_fill_is_out_of_reach():
-    """120 layers of 10^5..10^6-byte values (gcd 1: millions of levels unrounded): the finest
-    count within EXACT_WORK/EXACT_ENTRIES runs before 256 and 16, and the plan kept is no
-    dearer than the best of 256 and 16 alone."""
+def test_default_plan_no_dearer_than_fixed_level_counts_when_unrounded_is_out_of_reach():
+    """120 layers of 10^5..10^6-byte values (gcd 1: millions of levels unrounded): the default
+    plan fits and is no dearer than the plan of 256 or of 16 levels alone."""
     rng = np.random.default_rng(8)
     L = 120
     g = remat.chain_graph(L, sizes=rng.integers(10**5, 10**6, L), fwd_costs=rng.uniform(1, 3, L))
-    prob = chain_problem(g)[0]
     b = int(0.3 * g.no_remat_peak())
-    got = level_portfolio(prob, b)
-    x = prob.bwd_hi[prob.bwd_hi >= 0].astype(float)
-    work, states = float(np.sum((x + 1) * (x + 2) / 2)), float(np.sum(x + 2))
-    fine = int(min(EXACT_WORK / work, EXACT_ENTRIES / states))
-    assert fine > MAX_LEVELS and got == [fine, MAX_LEVELS, COARSE_LEVELS]
     plan = ChainDP(budget=b).plan(g)
-    assert [t["levels"] for t in plan.meta["dp_levels_tried"]] == got
     assert replay(g, plan, strict=True).peak_bytes <= b
     coarse = min(float(ChainDP(budget=b, max_levels=k).plan(g).compute_counts() @ g.costs)
-                 for k in (MAX_LEVELS, COARSE_LEVELS))
+                 for k in (256, 16))
     assert float(plan.compute_counts() @ g.costs) <= coarse * (1 + 1e-9)
 
 
@@ -136,7 +118,6 @@ def test_unrounded_fill_when_affordable():
     rng = np.random.default_rng(100)
     g = remat.chain_graph(100, sizes=rng.integers(1, 100, 100), fwd_costs=rng.uniform(1, 3, 100))
     b = int(0.3 * g.no_remat_peak())
-    assert level_portfolio(chain_problem(g)[0], b) == [b]
     plan = ChainDP(budget=b).plan(g)
     assert plan.meta["exact"] and plan.meta["status"] == "optimal"
     assert "dp_cost_unpolished" not in plan.meta

@@ -57,10 +57,10 @@ def test_portfolio_proves_the_single_search_optimum(seed):
 
 
 def test_default_is_two_searches_unless_threads_are_set(monkeypatch):
-    """``portfolio=None``: two searches with two cores or more and no ``threads`` given; one
-    otherwise."""
+    """``portfolio=None``: more than one search with two cores or more and no ``threads``
+    given; one otherwise; an explicit count as given."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert portfolio_size(None, None) == 2
+    assert portfolio_size(None, None) > 1
     assert portfolio_size(None, 2) == 1
     assert portfolio_size(3, 2) == 3
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
