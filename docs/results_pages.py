@@ -185,6 +185,13 @@ RESULTS: tuple[Result, ...] = (
            "One row per (model, budget fraction, policy): hierarchical at equation granularity, "
            "the Checkmate MILP on the stage graph and on the equation graph (<= 400 nodes); "
            f"modelled (replayed) bytes, jaxpr FLOPs of executed nodes ({_CPU})."),
+    Result("compiled_budget_hierarchical_jax0.12.0.1.csv", "The hierarchical drop-in on the "
+           "compiled-memory models",
+           "python experiments/compiled_budget_report.py --policies hierarchical --pcts 50 "
+           "--out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "The six models of the compiled-memory report at 50 % of the compiled no-remat temp: "
+           f"compiled temp, loop rounds and compiles, predicted temp, gradient error ({_CPU})."),
     Result("sharded_budget.csv", "Sharded steps: per-device budgets",
            "python -m experiments.sharded_budget",
            "results/sharded",
