@@ -185,6 +185,14 @@ RESULTS: tuple[Result, ...] = (
            "One row per (model, budget fraction, policy): hierarchical at equation granularity, "
            "the Checkmate MILP on the stage graph and on the equation graph (<= 400 nodes); "
            f"modelled (replayed) bytes, jaxpr FLOPs of executed nodes ({_CPU})."),
+    Result("hierarchical_dropin_jax0.12.0.1.csv", "The hierarchical drop-in at 50 % on the zoo "
+           "and outside models",
+           "python experiments/hierarchical_dropin.py "
+           "--out experiments/results/hierarchical_dropin_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "One row per model: remat.value_and_grad(loss, 'hierarchical', budget='50%') with "
+           "the CSE flag, its planning and set-up time, the independently compiled temp against "
+           f"the budget and the no-remat step, the gradient error; a 48-layer planning row ({_CPU})."),
     Result("compiled_budget_hierarchical_jax0.12.0.1.csv", "The hierarchical drop-in on the "
            "compiled-memory models",
            "python experiments/compiled_budget_report.py --policies hierarchical --pcts 50 "
