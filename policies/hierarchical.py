@@ -154,7 +154,8 @@ class Hierarchical(BasePolicy):
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
         """The graph with each scan node's bytes and FLOPs under the plan's scan decisions."""
-        return adjusted_graph(graph, plan.meta.get("scans", ()))
+        decisions = plan.meta.get("scans", ())
+        return adjusted_graph(graph, decisions) if decisions else graph
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         budget = int(budget_bytes)
