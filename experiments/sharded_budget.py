@@ -22,8 +22,12 @@ when unset) it plans a transformer step from abstract shapes on an 8 x 2 mesh in
 Layouts on 8 devices: ``dp`` (parameters replicated, batch over ``data``), ``fsdp`` (parameters'
 first axis and the batch over ``data``: XLA all-gathers each weight before use) and ``tp2xdp4``
 (a 4 x 2 mesh: batch over ``data``, weights alternately column- and row-sharded over ``model``,
-Megatron style).  Models: a tanh MLP and a pre-LN transformer in plain JAX, and a Flax linen
-tanh MLP with biases (``flax_mlp``).
+Megatron style; in the Flax transformer the attention's query/key/value kernels over their
+heads axis, its output projection's over its heads axis, the MLP's first ``Dense`` by column and
+its second by row).  Models: a tanh MLP and a pre-LN transformer in plain JAX, a Flax linen tanh
+MLP with biases (``flax_mlp``) and a Flax linen pre-LN transformer (``flax_transformer``:
+``nn.MultiHeadDotProductAttention`` with 8 heads and no biases, ``nn.LayerNorm``, ``nn.Dense``
+with biases).
 """
 
 from __future__ import annotations
@@ -39,14 +43,16 @@ FLAGS = "--xla_force_host_platform_device_count=8 --xla_disable_hlo_passes=cse_b
 FLAGS16 = FLAGS.replace("count=8", "count=16")
 OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
 LAYOUTS = ("dp", "fsdp", "tp2xdp4")
-MODELS = ("mlp", "transformer", "flax_mlp")
+MODELS = ("mlp", "transformer", "flax_mlp", "flax_transformer")
 FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
           "predicted_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
           "gathered_bytes", "regathered_nodes", "regather_s", "all_gathers_no_remat", "all_gathers",
           "plan_s", "error")
 
 
-def _models(width: int, batch: int, n_blocks: int = 2):
+def _models(width: int, batch: int, n_blocks: int = 2, only: str | None = None):
+    """``{model: (loss, params, x)}``; with ``only`` the Flax models other than it are not built
+    (each costs an ``init`` compile)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -85,8 +91,11 @@ def _models(width: int, batch: int, n_blocks: int = 2):
                "wo": r(10 * i + 3, (d, d)), "w1": r(10 * i + 4, (d, 4 * d)),
                "w2": r(10 * i + 5, (4 * d, d))} for i in range(n_blocks)]
     tf = (blocks, r(98, (batch // 16, seq, d)))
-    return {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf),
-            "flax_mlp": _flax_mlp(width, batch)}
+    out = {"mlp": (mlp_loss, *mlp), "transformer": (tf_loss, *tf)}
+    flax = {"flax_mlp": lambda: _flax_mlp(width, batch),
+            "flax_transformer": lambda: _flax_transformer(batch // 16, seq, d, n_blocks)}
+    out.update({k: f() for k, f in flax.items() if only in (None, k)})
+    return out
 
 
 def _flax_mlp(width: int, batch: int):
@@ -114,6 +123,45 @@ def _flax_mlp(width: int, batch: int):
     return loss, params, x
 
 
+def _flax_transformer(n_seq: int, seq: int, d: int, n_blocks: int, heads: int = 8):
+    """A Flax linen pre-LN transformer: ``n_blocks`` blocks of ``LayerNorm`` ->
+    ``MultiHeadDotProductAttention`` (self-attention, ``heads`` heads) and ``LayerNorm`` ->
+    ``Dense`` (4d, tanh) -> ``Dense`` (d), each residual; its loss and ``(n_seq, seq, d)`` inputs.
+    Eight heads, so that FSDP can shard the output projection's ``(heads, head_dim, d)`` kernel
+    over 8 devices.  The attention has no biases: a key bias's gradient is zero (softmax is
+    invariant to a shift per query), so its entries are rounding noise and no relative error of
+    them, sharded or not, means anything (1.6 for the sharded ``jax.value_and_grad`` itself)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, h):
+            attn = nn.MultiHeadDotProductAttention(num_heads=heads, use_bias=False, name="attn")
+            h = h + attn(nn.LayerNorm()(h))
+            m = jnp.tanh(nn.Dense(4 * d, name="mlp_in")(nn.LayerNorm()(h)))
+            return h + nn.Dense(d, name="mlp_out")(m)
+
+    class Transformer(nn.Module):
+        @nn.compact
+        def __call__(self, h):
+            for i in range(n_blocks):
+                h = Block(name=f"block_{i}")(h)
+            return h
+
+    model = Transformer()
+    x = jnp.asarray(np.random.default_rng(96).standard_normal((n_seq, seq, d), dtype=np.float32))
+    params = jax.jit(model.init)(jax.random.PRNGKey(1), x[:1])
+
+    def loss(p, xb):
+        out = model.apply(p, xb)
+        return jnp.mean(out * out)
+
+    return loss, params, x
+
+
 def _layout(name: str, params, x):
     """``(sharded params, sharded x)`` for a layout on the 8 host devices."""
     import jax
@@ -131,10 +179,18 @@ def _layout(name: str, params, x):
         keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
         if name == "dp":
             return P()
-        if name == "fsdp":
-            return P("data", *([None] * (w.ndim - 1))) if w.ndim >= 2 else P()
+        if name == "fsdp":  # kernels' first axis; biases and norms replicated
+            if w.ndim >= 2 and keys[-1] != "bias":
+                return P("data", *([None] * (w.ndim - 1)))
+            return P()
         # Megatron: column-parallel then row-parallel; a column layer's bias is sharded too
-        if any(k in ("wq", "wk", "wv", "wo", "w1", "w2") for k in keys):
+        if "attn" in keys:  # Flax attention: q/k/v (d, heads, hd) over heads, out (heads, hd, d)
+            return P("model", None, None) if keys[-2] == "out" else P(None, "model", None)
+        if any(k in ("mlp_in", "mlp_out") for k in keys):
+            row = "mlp_out" in keys
+        elif any(k.startswith("LayerNorm_") for k in keys):
+            return P()
+        elif any(k in ("wq", "wk", "wv", "wo", "w1", "w2") for k in keys):
             row = keys[-1] in ("wo", "w2")
         elif any(k.startswith("Dense_") for k in keys):  # Flax: Dense_i/kernel, Dense_i/bias
             row = int(next(k for k in keys if k.startswith("Dense_"))[6:]) % 2 == 1
@@ -182,7 +238,7 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     import remat
     from remat.core.errors import InfeasibleBudgetError
 
-    loss, params, x = _models(width, batch, blocks)[model]
+    loss, params, x = _models(width, batch, blocks, only=model)[model]
     ref_v, ref_g = jax.jit(jax.value_and_grad(loss))(params, x)  # unsharded
     ps, xs = _layout(layout, params, x)
     base = jax.jit(jax.value_and_grad(loss)).lower(ps, xs).compile()
@@ -245,7 +301,7 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
     from remat.core.errors import InfeasibleBudgetError
     from remat.sharding import per_device_graph
 
-    loss = _models(128, 8192)["transformer"][0]
+    loss = _models(128, 8192, only="transformer")["transformer"][0]
     mesh = Mesh(np.array(jax.devices()[:16]).reshape(8, 2), ("data", "model"))
     d, seq, batch, nblocks = 256, 128, 64, 4
 
