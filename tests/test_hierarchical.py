@@ -225,14 +225,16 @@ _COMPILED = r"""
 import json, sys, warnings
 sys.path.insert(0, "tests")
 import jax, jax.numpy as jnp
-import remat
+import policies, remat
 from helpers import outside_models as om
 rows = []
 for name, build in (("plain_transformer", lambda: om.plain_transformer(layers=4)),
                     ("linen_mlp", lambda: om.linen_mlp(batch=64)),
                     ("linen_scan_transformer", om.linen_scan_transformer)):
     loss, params, batch = build()
-    vg = remat.value_and_grad(loss, "hierarchical", budget="50%")
+    # options proven optimal whatever the machine's speed (a block's programme takes ms)
+    vg = remat.value_and_grad(loss, policies.Hierarchical(option_time_limit=120.0),
+                              budget="50%")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         app = vg.applied(params, batch)
@@ -246,7 +248,8 @@ for name, build in (("plain_transformer", lambda: om.plain_transformer(layers=4)
                      value_err=abs(float(v) - float(v0)) / abs(float(v0)),
                      regions=len(app.plan.meta.get("regions", ())),
                      scans=len(app.plan.meta.get("scans", ())),
-                     recomputes=int(app.plan.compute_counts().max())))
+                     recomputes=int(app.plan.compute_counts().max()),
+                     option_status=app.plan.meta["option_status"]))
 print(json.dumps(rows))
 """
 
@@ -264,7 +267,35 @@ def test_dropin_at_half_the_compiled_temp_with_per_block_checkpoints():
         assert r["semantics"] == "compiled", r
         assert r["regions"] >= 2, r
         assert r["recomputes"] >= 2 or r["scans"], r
+        assert r["option_status"] == "optimal", r
         assert r["temp"] <= 1.05 * r["budget"] and r["budget"] <= 0.5 * r["baseline"] + 1, r
         assert r["err"] < 1e-5 and r["value_err"] < 1e-5, r
     # the scanned stack is planned around a per-iteration decision of its scan
     assert [r["scans"] for r in rows if r["name"] == "linen_scan_transformer"] == [1], rows
+
+
+def test_plans_with_malformed_regions_are_refused_before_any_work():
+    """Regions that overlap, leave their parent or save nodes outside themselves are an
+    ``InvalidPlanError`` from ``remat.errors`` when the drop-in applies the plan."""
+    from remat.apply import apply_plan
+    from remat.core.regions import CheckpointRegion
+
+    def loss(ws, x):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return jnp.mean(x ** 2)
+
+    ws = [jnp.eye(8) * 0.5 for _ in range(4)]
+    x = jnp.ones((4, 8))
+    g = remat.extract(loss, ws, x, stages="eqn")
+    plan = policies.get("hierarchical", budget=int(0.6 * g.no_remat_peak())).plan(g)
+    assert plan.meta["regions"]
+    apply_plan(loss, (ws, x), None, graph=g, plan=plan)  # the policy's own regions apply
+    nfwd = int((~g.is_backward_array).sum())
+    bad = [(CheckpointRegion(0, 4), CheckpointRegion(2, 6)),  # overlap
+           (CheckpointRegion(0, nfwd + 1),),  # past the forward nodes
+           (CheckpointRegion(0, 3, saves=(5,)),),  # saves a node outside itself
+           (CheckpointRegion(0, 6, children=(CheckpointRegion(4, 8),)),)]  # leaves its parent
+    for regions in bad:
+        with pytest.raises(remat.errors.InvalidPlanError):
+            apply_plan(loss, (ws, x), None, graph=g, plan=plan.with_meta(regions=regions))
