@@ -157,6 +157,35 @@ def test_plan_fits_replay_and_is_no_cheaper_than_the_milp_optimum(frac):
     assert cost <= 1.6 * cm.meta["objective"]  # and the block DP stays close to its plan
 
 
+def _tanh_mlp_with_bias_graph(depth=6, width=64, batch=256):
+    """Each layer ``tanh(h @ w + b)``: its blocks are the contraction, the bias add, the tanh,
+    and ``1 - y**2`` (tanh's residual) with the next contraction."""
+    def loss(params, x):
+        h = x
+        for w, b in params:
+            h = jnp.tanh(h @ w + b)
+        return jnp.mean((h - 1.0) ** 2)
+
+    k = jax.random.PRNGKey(0)
+    params = [(jax.random.normal(jax.random.fold_in(k, i), (width, width)) / 8, jnp.zeros(width))
+              for i in range(depth)]
+    return remat.extract(loss, params, jnp.ones((batch, width)), stages="eqn")
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.7])
+def test_on_a_tanh_mlp_the_plan_is_within_2pct_of_the_milp_optimum(frac):
+    """The last block of a recomputed segment is re-run without its output (its cotangent is
+    given): without that, every such segment replays a contraction and the plan cost 5.5% over
+    the MILP's optimum at 50%."""
+    g = _tanh_mlp_with_bias_graph()
+    b = int(frac * g.no_remat_peak())
+    p = policies.get("hierarchical", budget=b).plan(g)
+    assert replay(g, p).peak_bytes <= b
+    cm = policies.get("checkmate", budget=b, time_limit=SAFETY_S).plan(g)
+    assert cm.meta["status"] == "optimal"
+    assert float(p.compute_counts() @ g.costs) <= 1.02 * cm.meta["objective"]
+
+
 def test_no_remat_budget_is_checkpoint_all_and_too_small_names_the_minimum():
     g = _plain_mlp_graph()
     p = policies.get("hierarchical", budget=g.no_remat_peak()).plan(g)

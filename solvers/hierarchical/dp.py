@@ -23,8 +23,11 @@ time, ``a_{s-1}`` and ``delta_t`` included (``a_{-1}``, the batch, counts 0)::
                                            + Opt(s, s'-1, m)
                                [m >= a_{s-1} + delta_t + max_{s<=k<s'} ([k>s] a_{k-1} + tf_k)] )
 
-with ``Opt(t+1, t, m) = 0``: the first runs block ``s`` keeping ``K_{s,o}`` (and its input if
-its backward reads it), the
+with ``Opt(t+1, t, m) = 0``, and ``cf_s`` replaced by the option's tail cost ``ct_{s,o}`` when
+``s = t < n - 1`` (the last block of a recomputed segment: its output's cotangent is given, so
+its re-run computes only what the backward keeps, :class:`~solvers.hierarchical.BlockOption`'s
+``tail``; every ``Opt(s, t)`` with ``t < n - 1`` is a re-run): the first runs block ``s``
+keeping ``K_{s,o}`` (and its input if its backward reads it), the
 second runs blocks ``s..s'-1`` keeping only ``a_{s'-1}`` and runs them again for their
 backward (recursive checkpointing).  Memory is counted in ``levels`` units of
 ``ceil(m_max / levels)`` bytes, sizes rounded up (a plan the table accepts fits its model); one
@@ -43,9 +46,9 @@ from numba import njit
 from remat.core.errors import InfeasibleBudgetError
 
 __all__ = ["BlockChainCosts", "BlockSchedule", "BlockTable", "fill_blocks", "schedule", "solve_blocks",
-           "F_CK", "F_OPT", "BWD"]
+           "F_CK", "F_OPT", "BWD", "F_TAIL"]
 
-F_CK, F_OPT, BWD = 0, 1, 2
+F_CK, F_OPT, BWD, F_TAIL = 0, 1, 2, 3
 INF = np.inf
 
 
@@ -63,11 +66,13 @@ class BlockChainCosts:
     tk: np.ndarray  # int64[n, O]
     kb: np.ndarray  # int64[n, O]
     kin: np.ndarray  # bool[n, O]
+    tc: np.ndarray | None = None  # float64[n, O] tail costs (``cf`` when None)
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSchedule:
-    """``ops``: ``(kind, block, option)`` in execution order (``option`` -1 for ``F_CK``);
+    """``ops``: ``(kind, block, option)`` in execution order (``option`` -1 for ``F_CK``;
+    ``F_TAIL``: block run with the option for its backward, only the option's ``tail``);
     ``cost``: the DP's cost; ``memory``: the budget (bytes) the table was filled for;
     ``tree``: the recursion as nested items, ``(F_OPT, b, o)`` (block ``b`` run with option
     ``o``) or ``(F_CK, s, s', subtree)`` (blocks ``s..s'-1`` run keeping only ``a_{s'-1}``,
@@ -80,7 +85,7 @@ class BlockSchedule:
 
 
 @njit(cache=True)
-def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, M):  # pragma: no cover - compiled
+def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, tc, M):  # pragma: no cover - compiled
     n = cf.shape[0]
     cost = np.full((n, n, M + 1), np.inf)
     choice = np.zeros((n, n, M + 1), dtype=np.int32)
@@ -98,7 +103,7 @@ def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, M):  # pragma: no cover -
                     if m < ain + dt + tk[s, o] or m < hold + kb[s, o] + tb[s, o]:
                         continue
                     if d == 0:
-                        c = cf[s] + cb[s, o]
+                        c = (cf[s] if s == n - 1 else tc[s, o]) + cb[s, o]
                     else:
                         sub = cost[s + 1, t, m - hold - k + wa[s]]
                         if sub == np.inf:
@@ -164,11 +169,14 @@ def fill_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> Bl
     unit = max(1, math.ceil(top / levels))
     kept = _units(costs.kept, unit)
     wa = _units(costs.wa, unit)
+    tc = (np.broadcast_to(np.asarray(costs.cf, np.float64)[:, None], costs.cb.shape)
+          if costs.tc is None else costs.tc)
     cost, choice = _fill(np.asarray(costs.cf, np.float64), wa, _units(costs.tf, unit),
                          np.asarray(costs.nopt, np.int64), kept,
                          np.asarray(costs.cb, np.float64), _units(costs.tb, unit),
                          _units(costs.tk, unit), _units(costs.kb, unit),
-                         np.asarray(costs.kin, np.bool_), levels)
+                         np.asarray(costs.kin, np.bool_),
+                         np.ascontiguousarray(tc, dtype=np.float64), levels)
     return BlockTable(cost, choice, unit, kept, wa, np.asarray(costs.kin, np.bool_))
 
 
@@ -198,7 +206,7 @@ def schedule(table: BlockTable, memory: int) -> BlockSchedule:
         ain = int(wa[s - 1]) if s > 0 else 0
         if ch < 0:
             o = -ch - 1
-            ops.append((F_OPT, s, o))
+            ops.append((F_TAIL if s == t < n - 1 else F_OPT, s, o))
             stack.append((BWD, s, o, None))
             hold = ain if table.kin[s, o] else 0
             stack.append((s + 1, t, m - hold - int(kept[s, o]) + int(wa[s])))

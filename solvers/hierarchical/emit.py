@@ -1,6 +1,7 @@
 """Block operations (:mod:`solvers.hierarchical.dp`) as per-step compute lists of the graph.
 
-``F_CK`` and ``F_OPT`` of block ``b`` run its forward nodes; ``BWD`` of block ``b`` with option
+``F_CK`` and ``F_OPT`` of block ``b`` run its forward nodes, ``F_TAIL`` the option's ``tail``
+(the block re-run when nothing after it reads its output); ``BWD`` of block ``b`` with option
 ``o`` runs the block's backward nodes, each recomputed value just before the first backward node
 that needs it (:func:`solvers.hierarchical.options.lazy_order`; a new step wherever a
 recomputation follows a backward node, since a step runs its nodes in index order).  Retention is left to
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from remat.core.graph import Graph
 from remat.core.regions import CheckpointRegion
 from solvers.hierarchical.blocks import BlockChain
-from solvers.hierarchical.dp import BWD, F_CK, F_OPT
+from solvers.hierarchical.dp import BWD, F_CK, F_OPT, F_TAIL
 from solvers.hierarchical.options import BlockOptions, lazy_order
 
 __all__ = ["block_steps", "block_regions"]
@@ -42,6 +43,8 @@ def block_steps(graph: Graph, chain: BlockChain, options: Sequence[BlockOptions]
         blk = chain.blocks[b]
         if kind in (F_CK, F_OPT):
             steps.append([int(v) for v in blk.fwd])
+        elif kind == F_TAIL:
+            steps.append([int(blk.fwd[i]) for i in options[b].options[o].tail])
         elif kind == BWD:
             opt = options[b].options[o]
             rec = [int(blk.fwd[i]) for i in opt.recomputed]

@@ -16,6 +16,10 @@ the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Che
   next block consumes it otherwise);
 * ``needs_input``: whether its backward or recomputation reads the block input ``a_{b-1}``
   (otherwise the input is freed once the block's forward has run);
+* ``tail`` / ``tail_cost``: the forward nodes (and their cost) a re-run of the block computes
+  when nothing after it needs its output ``a_b`` (the last block of a recursively recomputed
+  segment: ``a_b``'s cotangent is given): the ancestors in the block of ``K`` without ``a_b``,
+  ``a_b`` only if the backward reads it;
 
 and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept.
 
@@ -58,6 +62,8 @@ class BlockOption:
     fwd_transient: int
     bwd_kept: int = 0
     needs_input: bool = True
+    tail: tuple[int, ...] = ()
+    tail_cost: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -157,6 +163,7 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
     reads_out = out in set(int(u) for u in block.reads) or any(
         out in graph.preds[v] for v in rec)
     needs_input = block.inp >= 0 and any(block.inp in graph.preds[v] for v in seq)
+    tail = _ancestors(graph, block, (keep - {out}) | ({out} if reads_out else set()), pinned)
     return BlockOption(
         kept_nodes=tuple(sorted(local[v] for v in keep)),
         recomputed=tuple(local[v] for v in rec),
@@ -167,7 +174,24 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
         fwd_transient=_transient(graph, [int(v) for v in block.fwd], {}, keep),
         bwd_kept=kept_b - (0 if reads_out else int(sizes[out])),
         needs_input=bool(needs_input),
+        tail=tuple(local[v] for v in tail),
+        tail_cost=float(costs[tail].sum()) if tail else 0.0,
     )
+
+
+def _ancestors(graph: Graph, block: Block, targets: set[int], pinned: set[int]) -> list[int]:
+    """``targets`` and their ancestors among the block's forward nodes, pinned values left out
+    (they are kept from their first computation); topological."""
+    fset = set(int(v) for v in block.fwd) - pinned
+    out: set[int] = set()
+    todo = [v for v in targets if v in fset]
+    while todo:
+        v = todo.pop()
+        if v in out:
+            continue
+        out.add(v)
+        todo.extend(p for p in graph.preds[v] if p in fset and p not in out)
+    return sorted(out)
 
 
 def _pareto(opts: list[BlockOption]) -> list[BlockOption]:
