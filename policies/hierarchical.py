@@ -64,17 +64,19 @@ def chain_costs(graph: Graph, chain, options) -> BlockChainCosts:
     kb = np.zeros((n, width), dtype=np.int64)
     kin = np.ones((n, width), dtype=bool)
     tc = np.zeros((n, width))
+    cr = np.zeros((n, width))
     for b, opts in enumerate(options):
         for j, o in enumerate(opts.options):
             kept[b, j], cb[b, j], tb[b, j] = o.kept, opts.bwd_cost + o.recompute, o.bwd_transient
             tk[b, j], kb[b, j], kin[b, j] = o.fwd_transient, o.bwd_kept, o.needs_input
-            tc[b, j] = o.tail_cost
+            tc[b, j], cr[b, j] = o.tail_cost, o.run_cost
     return BlockChainCosts(
         cf=np.array([o.fwd_cost for o in options]),
         wa=np.array([int(graph.sizes[blk.out]) for blk in chain.blocks], dtype=np.int64),
         tf=np.array([o.fwd_transient for o in options], dtype=np.int64),
         nopt=np.array([len(o.options) for o in options], dtype=np.int64),
-        kept=kept, cb=cb, tb=tb, tk=tk, kb=kb, kin=kin, tc=tc)
+        kept=kept, cb=cb, tb=tb, tk=tk, kb=kb, kin=kin, tc=tc, cr=cr,
+        cc=np.array([o.ck_cost for o in options]))
 
 
 @register("hierarchical")

@@ -143,17 +143,30 @@ def _plain_mlp_graph(depth=6, width=32, batch=64):
     return remat.extract(loss, ws, x, stages="eqn")
 
 
+def _residual_only(g) -> np.ndarray:
+    """Forward nodes from which the loss (the last forward node) cannot be reached."""
+    fwd = np.flatnonzero(~g.is_backward_array)
+    reach = {int(fwd[-1])}
+    for v in fwd[::-1]:
+        if int(v) in reach:
+            reach.update(p for p in g.preds[int(v)] if not g.is_backward_array[p])
+    return np.asarray([int(v) for v in fwd if int(v) not in reach], dtype=np.int64)
+
+
 @pytest.mark.parametrize("frac", [0.5, 0.65, 0.8])
-def test_plan_fits_replay_and_is_no_cheaper_than_the_milp_optimum(frac):
+def test_plan_fits_replay_and_is_within_the_milp_bound(frac):
     g = _plain_mlp_graph()
     b = int(frac * g.no_remat_peak())
     p = policies.get("hierarchical", budget=b).plan(g)
     assert replay(g, p).peak_bytes <= b == p.meta["budget"]
     cost = float(p.compute_counts() @ g.costs)
     cm = policies.get("checkmate", budget=b, time_limit=SAFETY_S).plan(g)
-    # the MILP optimises over a superset of schedules: its proven bound is below any plan's cost
+    # the MILP's schedules run every forward node in the forward pass; the block DP's may leave
+    # a residual-only value (``1 - y**2`` of a tanh, read only by the backward) to the
+    # backward alone, as ``jax.checkpoint`` does.  Beyond that one run of each, its schedules
+    # are among the MILP's: its proven bound, less those runs, is below any plan's cost
     # (whether or not it proves optimality within the time limit, so no speed dependence)
-    assert cost >= cm.meta["lower_bound"] * (1 - 1e-6)
+    assert cost >= cm.meta["lower_bound"] * (1 - 1e-6) - float(g.costs[_residual_only(g)].sum())
     assert cost <= 1.6 * cm.meta["objective"]  # and the block DP stays close to its plan
 
 

@@ -23,8 +23,10 @@ time, ``a_{s-1}`` and ``delta_t`` included (``a_{-1}``, the batch, counts 0)::
                                            + Opt(s, s'-1, m)
                                [m >= a_{s-1} + delta_t + max_{s<=k<s'} ([k>s] a_{k-1} + tf_k)] )
 
-with ``Opt(t+1, t, m) = 0``, and ``cf_s`` replaced by the option's tail cost ``ct_{s,o}`` when
-``s = t < n - 1`` (the last block of a recomputed segment: its output's cotangent is given, so
+with ``Opt(t+1, t, m) = 0``, ``cf_s`` in the first line the cost of the nodes a run keeping
+``K_{s,o}`` computes (``cr_{s,o}``; residual-only values it does not keep are left to the
+backward), ``cf_k`` in the second those of a run keeping only ``a_k`` (``cc_k``), and
+``cf_s`` replaced by the option's tail cost ``ct_{s,o}`` when ``s = t < n - 1`` (the last block of a recomputed segment: its output's cotangent is given, so
 its re-run computes only what the backward keeps, :class:`~solvers.hierarchical.BlockOption`'s
 ``tail``; every ``Opt(s, t)`` with ``t < n - 1`` is a re-run): the first runs block ``s``
 keeping ``K_{s,o}`` (and its input if its backward reads it), the
@@ -67,6 +69,8 @@ class BlockChainCosts:
     kb: np.ndarray  # int64[n, O]
     kin: np.ndarray  # bool[n, O]
     tc: np.ndarray | None = None  # float64[n, O] tail costs (``cf`` when None)
+    cr: np.ndarray | None = None  # float64[n, O] run costs keeping the option (``cf`` when None)
+    cc: np.ndarray | None = None  # float64[n] run costs keeping only a_l (``cf`` when None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +89,7 @@ class BlockSchedule:
 
 
 @njit(cache=True)
-def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, tc, M):  # pragma: no cover - compiled
+def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, tc, cr, cc, M):  # pragma: no cover - compiled
     n = cf.shape[0]
     cost = np.full((n, n, M + 1), np.inf)
     choice = np.zeros((n, n, M + 1), dtype=np.int32)
@@ -103,12 +107,12 @@ def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, tc, M):  # pragma: no cov
                     if m < ain + dt + tk[s, o] or m < hold + kb[s, o] + tb[s, o]:
                         continue
                     if d == 0:
-                        c = (cf[s] if s == n - 1 else tc[s, o]) + cb[s, o]
+                        c = (cr[s, o] if s == n - 1 else tc[s, o]) + cb[s, o]
                     else:
                         sub = cost[s + 1, t, m - hold - k + wa[s]]
                         if sub == np.inf:
                             continue
-                        c = cf[s] + sub + cb[s, o]
+                        c = cr[s, o] + sub + cb[s, o]
                     if c < best:
                         best = c
                         ch = -(o + 1)
@@ -117,7 +121,7 @@ def _fill(cf, wa, tf, nopt, kept, cb, tb, tk, kb, kin, tc, M):  # pragma: no cov
                     tmax = 0
                     for sp in range(s + 1, t + 1):
                         k = sp - 1
-                        fsum += cf[k]
+                        fsum += cc[k]
                         need = tf[k] + (wa[k - 1] if k > s else 0)
                         if need > tmax:
                             tmax = need
@@ -169,14 +173,19 @@ def fill_blocks(costs: BlockChainCosts, memory: int, *, levels: int = 256) -> Bl
     unit = max(1, math.ceil(top / levels))
     kept = _units(costs.kept, unit)
     wa = _units(costs.wa, unit)
-    tc = (np.broadcast_to(np.asarray(costs.cf, np.float64)[:, None], costs.cb.shape)
-          if costs.tc is None else costs.tc)
+    cf = np.asarray(costs.cf, np.float64)
+    per_option = np.broadcast_to(cf[:, None], costs.cb.shape)
+    tc = per_option if costs.tc is None else costs.tc
+    cr = per_option if costs.cr is None else costs.cr
+    cc = cf if costs.cc is None else costs.cc
     cost, choice = _fill(np.asarray(costs.cf, np.float64), wa, _units(costs.tf, unit),
                          np.asarray(costs.nopt, np.int64), kept,
                          np.asarray(costs.cb, np.float64), _units(costs.tb, unit),
                          _units(costs.tk, unit), _units(costs.kb, unit),
                          np.asarray(costs.kin, np.bool_),
-                         np.ascontiguousarray(tc, dtype=np.float64), levels)
+                         np.ascontiguousarray(tc, dtype=np.float64),
+                         np.ascontiguousarray(cr, dtype=np.float64),
+                         np.ascontiguousarray(cc, dtype=np.float64), levels)
     return BlockTable(cost, choice, unit, kept, wa, np.asarray(costs.kin, np.bool_))
 
 

@@ -1,6 +1,7 @@
 """Block operations (:mod:`solvers.hierarchical.dp`) as per-step compute lists of the graph.
 
-``F_CK`` and ``F_OPT`` of block ``b`` run its forward nodes, ``F_TAIL`` the option's ``tail``
+``F_CK`` of block ``b`` runs its forward nodes but the residual-only ones (``BlockOptions.ck``),
+``F_OPT`` those the option's run computes (``run``), ``F_TAIL`` the option's ``tail``
 (the block re-run when nothing after it reads its output); ``BWD`` of block ``b`` with option
 ``o`` runs the block's backward nodes, each recomputed value just before the first backward node
 that needs it (:func:`solvers.hierarchical.options.lazy_order`; a new step wherever a
@@ -41,8 +42,10 @@ def block_steps(graph: Graph, chain: BlockChain, options: Sequence[BlockOptions]
     steps: list[list[int]] = []
     for kind, b, o in ops:
         blk = chain.blocks[b]
-        if kind in (F_CK, F_OPT):
-            steps.append([int(v) for v in blk.fwd])
+        if kind == F_CK:
+            steps.append([int(blk.fwd[i]) for i in options[b].ck])
+        elif kind == F_OPT:
+            steps.append([int(blk.fwd[i]) for i in options[b].options[o].run])
         elif kind == F_TAIL:
             steps.append([int(blk.fwd[i]) for i in options[b].options[o].tail])
         elif kind == BWD:

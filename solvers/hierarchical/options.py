@@ -16,12 +16,16 @@ the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Che
   next block consumes it otherwise);
 * ``needs_input``: whether its backward or recomputation reads the block input ``a_{b-1}``
   (otherwise the input is freed once the block's forward has run);
+* ``run`` / ``run_cost``: the forward nodes (and their cost) a run keeping ``K`` computes: the
+  block without its *residual-only* nodes (values only its backward reads, e.g. ``1 - y**2``
+  of a ``tanh``) that are not ancestors of ``K`` (the backward recomputes those it reads);
 * ``tail`` / ``tail_cost``: the forward nodes (and their cost) a re-run of the block computes
   when nothing after it needs its output ``a_b`` (the last block of a recursively recomputed
   segment: ``a_b``'s cotangent is given): the ancestors in the block of ``K`` without ``a_b``,
   ``a_b`` only if the backward reads it;
 
-and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept.
+and the block's ``fwd_transient``: the peak bytes of its forward beyond its input, nothing kept,
+and ``ck`` / ``ck_cost``: the nodes a run keeping only ``a_b`` computes (no residual-only ones).
 
 The Pareto set of (kept bytes, recompute cost) comes from a small integer programme per kept-bytes
 cap (HiGHS through ``scipy.optimize.milp``, sparse constraints)::
@@ -64,6 +68,8 @@ class BlockOption:
     needs_input: bool = True
     tail: tuple[int, ...] = ()
     tail_cost: float = 0.0
+    run: tuple[int, ...] = ()
+    run_cost: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -78,6 +84,8 @@ class BlockOptions:
     bwd_flops: float
     fwd_transient: int
     status: str
+    ck: tuple[int, ...] = ()
+    ck_cost: float = 0.0
 
 
 def _recompute_set(graph: Graph, block: Block, keep: set[int], avail_out: set[int]) -> list[int]:
@@ -144,6 +152,14 @@ def lazy_order(graph: Graph, rec: list[int], bwd: list[int]) -> list[int]:
     return out
 
 
+def _residual_only(graph: Graph, block: Block, pinned: set[int]) -> set[int]:
+    """The block's forward nodes that are not ancestors of its output ``a_b`` (nor pinned) but
+    are ancestors of what its backward reads."""
+    to_out = set(_ancestors(graph, block, {block.out}, set()))
+    to_reads = set(_ancestors(graph, block, {int(u) for u in block.reads}, set()))
+    return to_reads - to_out - pinned
+
+
 def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> BlockOption:
     out = block.out
     keep = set(keep) | {out}
@@ -164,6 +180,8 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
         out in graph.preds[v] for v in rec)
     needs_input = block.inp >= 0 and any(block.inp in graph.preds[v] for v in seq)
     tail = _ancestors(graph, block, (keep - {out}) | ({out} if reads_out else set()), pinned)
+    skip = _residual_only(graph, block, pinned) - set(_ancestors(graph, block, keep, set()))
+    run = [int(v) for v in block.fwd if int(v) not in skip]
     return BlockOption(
         kept_nodes=tuple(sorted(local[v] for v in keep)),
         recomputed=tuple(local[v] for v in rec),
@@ -176,6 +194,8 @@ def _option(graph: Graph, block: Block, keep: set[int], pinned: set[int]) -> Blo
         needs_input=bool(needs_input),
         tail=tuple(local[v] for v in tail),
         tail_cost=float(costs[tail].sum()) if tail else 0.0,
+        run=tuple(local[v] for v in run),
+        run_cost=float(costs[run].sum()) if run else 0.0,
     )
 
 
@@ -315,6 +335,8 @@ def block_options(graph: Graph, block: Block, pinned: set[int] | frozenset[int] 
     opts = _pareto([_option(graph, block, k, pinned) for k in keeps])
     f = block.fwd
     fwd_seq = [int(v) for v in f]
+    ro = _residual_only(graph, block, pinned)
+    ck = [i for i, v in enumerate(fwd_seq) if v not in ro]
     return BlockOptions(
         options=tuple(opts),
         fwd_cost=float(graph.costs[f].sum()),
@@ -323,4 +345,6 @@ def block_options(graph: Graph, block: Block, pinned: set[int] | frozenset[int] 
         bwd_flops=float(graph.flops_array[block.bwd].sum()) if len(block.bwd) else 0.0,
         fwd_transient=_transient(graph, fwd_seq, {}, {block.out}),
         status=status,
+        ck=tuple(ck),
+        ck_cost=float(graph.costs[f[ck]].sum()) if ck else 0.0,
     )
