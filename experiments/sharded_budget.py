@@ -7,10 +7,12 @@ only if ``XLA_FLAGS`` is unset)::
         python -m experiments.sharded_budget
 
 writes ``experiments/results/sharded_budget.csv``: per (layout, model, budget) the per-device
-budget, the no-remat step's per-device compiled temp, the plan's modelled peak, the prediction
-(modelled peak times the no-remat step's compiled-over-modelled ratio), the compiled temp of the
-applied step under ``jax.jit`` with the sharded arguments, and the largest gradient error against
-``jax.value_and_grad`` of the unsharded function.  ``--json`` prints one JSON row per case instead
+budget, the no-remat step's per-device compiled temp, the plan's modelled peak, the predicted
+per-device temp (:func:`remat.sharded_memory.predict_sharded_temp_bytes` of the applied step:
+nothing compiled; ``predicted_no_remat_temp`` the same for the no-remat step), ``scaled_temp``
+(the modelled peak times the no-remat step's compiled-over-modelled ratio), the compiled temp of
+the applied step under ``jax.jit`` with the sharded arguments, and the largest gradient error
+against ``jax.value_and_grad`` of the unsharded function.  ``--json`` prints one JSON row per case instead
 (what ``tests/test_sharding.py`` runs in one subprocess).
 
 With ``--mesh16`` (16 host devices: ``XLA_FLAGS`` as above with ``count=16``, set by the module
@@ -45,7 +47,7 @@ OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
 LAYOUTS = ("dp", "fsdp", "tp2xdp4")
 MODELS = ("mlp", "transformer", "flax_mlp", "flax_transformer")
 FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
-          "predicted_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
+          "predicted_no_remat_temp", "predicted_temp", "scaled_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
           "gathered_bytes", "regathered_nodes", "regather_s", "all_gathers_no_remat", "all_gathers",
           "plan_s", "error")
 
@@ -237,6 +239,7 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
 
     import remat
     from remat.core.errors import InfeasibleBudgetError
+    from remat.sharded_memory import predict_sharded_temp_bytes
 
     loss, params, x = _models(width, batch, blocks, only=model)[model]
     ref_v, ref_g = jax.jit(jax.value_and_grad(loss))(params, x)  # unsharded
@@ -259,6 +262,10 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     sh = g.meta.get("sharding", {})
     peak = int(app.plan.meta.get("peak_bytes") or 0)
     scale = app.baseline_temp_bytes / max(g.no_remat_peak(), 1)
+    # predicted before the applied step is compiled here (the drop-in's loop compiled it already,
+    # but the prediction reads nothing of it: the step's program at per-device shapes)
+    pred = predict_sharded_temp_bytes(g, app.plan, app.abstract_args, fn=app.fn)
+    pred0 = predict_sharded_temp_bytes(g, None, app.abstract_args)
     compiled = jax.jit(vg).lower(ps, xs).compile()
     v, grads = compiled(ps, xs)
     temp = int(compiled.memory_analysis().temp_size_in_bytes)
@@ -269,7 +276,8 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     errs.append(abs(float(v) - float(ref_v)) / abs(float(ref_v)))
     row.update(status="fit" if temp <= app.budget_bytes * 1.05 else "over",
                budget_bytes=int(app.budget_bytes), modelled_peak=peak,
-               predicted_temp=int(peak * scale), compiled_temp=temp,
+               predicted_no_remat_temp=int(pred0), predicted_temp=int(pred),
+               scaled_temp=int(peak * scale), compiled_temp=temp,
                ratio=round(temp / max(row["no_remat_temp"], 1), 4),
                grad_max_rel_err=max(errs),
                collectives=";".join(sorted({c.kind for c in sh.get("collectives", ())})),
@@ -279,16 +287,19 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
 
 
 OUT16 = os.path.join(os.path.dirname(__file__), "results", "sharded_plan16.csv")
-FIELDS16 = ("budget", "modelled_peak", "plan_peak", "compute_overhead", "regathered_nodes",
-            "compiled_temp", "no_remat_temp", "status")
+FIELDS16 = ("budget", "status", "budget_bytes", "no_remat_temp", "predicted_no_remat_temp",
+            "modelled_no_remat_peak", "modelled_peak", "predicted_temp", "compiled_temp", "ratio",
+            "compute_overhead", "plan_s", "error")
 
 
 def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "checkmate") -> list:
     """Plan a sharded transformer step from abstract shapes on a 16-device mesh (8 data x 2
-    model, Megatron-style weights): no weights exist, every figure is modelled or compiled ahead
-    of time.  Per budget (of the per-device graph's modelled no-remat peak): the plan's modelled
-    per-device peak, its compute overhead (recompute and regathers included), and the applied
-    step's per-device compiled temp against the no-remat step's."""
+    model, Megatron-style weights): no weights exist, the drop-in's compiled-budget loop lowers
+    and compiles the SPMD step ahead of time at ``jax.ShapeDtypeStruct``\\ s with their
+    shardings.  Per budget (of the no-remat step's per-device compiled temp): the plan's modelled
+    per-device peak, the predicted per-device temp
+    (:func:`remat.sharded_memory.predict_sharded_temp_bytes`, nothing compiled), the compiled
+    per-device temp the loop reached, and the plan's compute overhead (recompute included)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -296,10 +307,8 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
     from jax.sharding import PartitionSpec as P
 
     import remat
-    from remat.apply import apply_plan
-    from remat.compiled_budget import step_temp_bytes
     from remat.core.errors import InfeasibleBudgetError
-    from remat.sharding import per_device_graph
+    from remat.sharded_memory import predict_sharded_temp_bytes
 
     loss = _models(128, 8192, only="transformer")["transformer"][0]
     mesh = Mesh(np.array(jax.devices()[:16]).reshape(8, 2), ("data", "model"))
@@ -313,26 +322,33 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
                "wo": sds((d, d), row), "w1": sds((d, 4 * d), col), "w2": sds((4 * d, d), row)}
               for _ in range(nblocks)]
     x = sds((batch, seq, d), P("data", None, None))
-    args = (blocks, x)
-    g = per_device_graph(remat.extract(loss, *args), args)
-    base_app = apply_plan(loss, args, None)
-    no_remat = step_temp_bytes(base_app.fn, args)
-    peak0 = g.no_remat_peak()
     rows = []
     for b in budgets:
-        row = {"budget": b, "modelled_peak": peak0, "no_remat_temp": no_remat}
+        vg = remat.value_and_grad(loss, policy, budget=b)
+        t0 = time.perf_counter()
         try:
-            app = apply_plan(loss, args, policy, budget=remat.modelled(b), graph=g,
-                                         warn=False)
+            app = vg.applied(blocks, x)
         except InfeasibleBudgetError as e:
-            row.update(status=f"infeasible (min {int(e.min_feasible_bytes)})")
-            rows.append(row)
+            rows.append({"budget": b, "status": "infeasible", "budget_bytes": int(e.budget),
+                         "plan_s": round(time.perf_counter() - t0, 2),
+                         "error": f"InfeasibleBudgetError min_feasible_bytes="
+                                  f"{int(e.min_feasible_bytes)}"})
             continue
+        g = app.graph
+        pred = predict_sharded_temp_bytes(g, app.plan, app.abstract_args, fn=app.fn)
+        pred0 = predict_sharded_temp_bytes(g, None, app.abstract_args)
         rep = remat.simulate(g, app.plan)
-        row.update(plan_peak=int(rep.peak_bytes), compute_overhead=round(rep.overhead, 4),
-                   compiled_temp=step_temp_bytes(app.fn, args), status="planned",
-                   regathered_nodes=_regathers(g, app.plan)[0])
-        rows.append(row)
+        temp = int(app.compiled_temp_bytes)
+        rows.append({"budget": b, "status": "fit" if temp <= app.budget_bytes * 1.05 else "over",
+                     "budget_bytes": int(app.budget_bytes),
+                     "no_remat_temp": int(app.baseline_temp_bytes),
+                     "predicted_no_remat_temp": int(pred0),
+                     "modelled_no_remat_peak": int(g.no_remat_peak()),
+                     "modelled_peak": int(rep.peak_bytes), "predicted_temp": int(pred),
+                     "compiled_temp": temp,
+                     "ratio": round(temp / max(app.baseline_temp_bytes, 1), 4),
+                     "compute_overhead": round(rep.overhead, 4),
+                     "plan_s": round(time.perf_counter() - t0, 2), "error": ""})
     return rows
 
 

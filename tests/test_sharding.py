@@ -126,6 +126,19 @@ def test_sharded_steps_give_unsharded_gradients_within_per_device_budgets(sharde
     assert by["fsdp", "flax_transformer"]["gathered_bytes"] == (4 * 64 * 64 + 2 * 64 * 256) * 4
 
 
+def test_per_device_temp_is_predicted_without_compiling(sharded):
+    """``remat.sharded_memory``: the MLP's per-device temp, predicted from the step's program at
+    per-device shapes.  Under 2-way tensor parallelism the row-parallel matmuls' partial sums
+    and their all-reduced copies are both buffers (without them the no-remat prediction is 0.87x)."""
+    by = {(r["layout"], r["model"]): r for r in sharded["rows"]}
+    for layout in ("dp", "fsdp", "tp2xdp4"):
+        r = by[layout, "mlp"]
+        assert abs(r["predicted_no_remat_temp"] / r["no_remat_temp"] - 1) <= 0.1, r
+    for layout in ("dp", "fsdp"):  # the applied plan (tp2xdp4 at 70%: 0.8x, module docstring)
+        r = by[layout, "mlp"]
+        assert abs(r["predicted_temp"] / r["compiled_temp"] - 1) <= 0.1, r
+
+
 def test_per_device_graph_counts_shards_gathers_and_collective_time(sharded):
     g = sharded["graph"]
     assert g["param"] * 8 == g["global_param"]  # FSDP: each device holds 1/8 of the weights
