@@ -23,7 +23,9 @@ program with every value at its per-device shape, after three rules:
 Accuracy: ``experiments/results/sharded_budget.csv`` (``predicted_temp`` against
 ``compiled_temp``).  Limits: the propagation is a rule set, not XLA's (an op it has no rule for
 keeps its first same-shaped operand's spec, else is replicated); loop bodies are modelled at
-their global shapes; reduce-scatter is modelled as an all-reduce.
+their global shapes; reduce-scatter is modelled as an all-reduce; XLA's combining of
+independent all-reduces elsewhere than at the end (both partial sums and both results live at
+once) is not modelled.
 """
 
 from __future__ import annotations
