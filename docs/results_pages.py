@@ -206,6 +206,13 @@ RESULTS: tuple[Result, ...] = (
            "One row per (layout, model, per-device budget) on 8 host devices: no-remat and "
            "applied per-device compiled temp, the modelled prediction, the gradient error "
            f"against the unsharded jax.value_and_grad, FSDP regathers, bytes ({_CPU})."),
+    Result("sharded_fsdp_choices.csv", "FSDP: regather or keep the gathered weights",
+           "python -m experiments.sharded_budget --fsdp-choices",
+           "results/sharded",
+           "One row per (model, per-device budget, choice) under FSDP on 8 host devices: the "
+           "drop-in's plan and the same plan keeping the stages it recomputes that read a "
+           "gathered weight; modelled peak and time (compute, all-gathers, other collectives), "
+           f"predicted and compiled per-device temp, compiled all-gathers ({_CPU})."),
     Result("sharded_plan16.csv", "A sharded transformer planned from abstract shapes",
            "python -m experiments.sharded_budget --mesh16",
            "results/sharded",

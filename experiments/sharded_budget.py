@@ -9,7 +9,9 @@ only if ``XLA_FLAGS`` is unset)::
 writes ``experiments/results/sharded_budget.csv``: per (layout, model, budget) the per-device
 budget, the no-remat step's per-device compiled temp, the plan's modelled peak, the predicted
 per-device temp (:func:`remat.sharded_memory.predict_sharded_temp_bytes` of the applied step:
-nothing compiled; ``predicted_no_remat_temp`` the same for the no-remat step), ``scaled_temp``
+nothing compiled; ``predicted_no_remat_temp`` the same for the no-remat step),
+``calibrated_temp`` (the no-remat step's compiled temp times ``predicted_temp`` over
+``predicted_no_remat_temp``: reads no compile of the plan), ``scaled_temp``
 (the modelled peak times the no-remat step's compiled-over-modelled ratio), the compiled temp of
 the applied step under ``jax.jit`` with the sharded arguments, and the largest gradient error
 against ``jax.value_and_grad`` of the unsharded function.  ``--json`` prints one JSON row per case instead
@@ -20,6 +22,12 @@ when unset) it plans a transformer step from abstract shapes on an 8 x 2 mesh in
 (:func:`plan_abstract16`) and writes ``experiments/results/sharded_plan16.csv``::
 
     python -m experiments.sharded_budget --mesh16
+
+With ``--fsdp-choices`` (8 devices) it compares, under FSDP, the drop-in's plan with the same
+plan keeping the stages it recomputes that read a gathered weight (:func:`fsdp_choices`) and
+writes ``experiments/results/sharded_fsdp_choices.csv``::
+
+    python -m experiments.sharded_budget --fsdp-choices
 
 Layouts on 8 devices: ``dp`` (parameters replicated, batch over ``data``), ``fsdp`` (parameters'
 first axis and the batch over ``data``: XLA all-gathers each weight before use) and ``tp2xdp4``
@@ -47,7 +55,7 @@ OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
 LAYOUTS = ("dp", "fsdp", "tp2xdp4")
 MODELS = ("mlp", "transformer", "flax_mlp", "flax_transformer")
 FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
-          "predicted_no_remat_temp", "predicted_temp", "scaled_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
+          "predicted_no_remat_temp", "predicted_temp", "calibrated_temp", "scaled_temp", "compiled_temp", "ratio", "grad_max_rel_err", "collectives",
           "gathered_bytes", "regathered_nodes", "regather_s", "all_gathers_no_remat", "all_gathers",
           "plan_s", "error")
 
@@ -212,23 +220,31 @@ def _count_gathers(hlo: str) -> int:
     return hlo.count(" all-gather(") + hlo.count(" all-gather-start(")
 
 
-def _regathers(g, plan) -> tuple[int, float]:
-    """FSDP: forward nodes the plan recomputes that read a gathered weight (each recomputation
-    regathers it), and the modelled time of those extra all-gathers, s."""
-    import numpy as np
-
+def _gather_reads(g) -> dict[int, tuple[int, float]]:
+    """FSDP: forward node -> (gathered weights it reads, modelled time of their all-gathers, s)."""
     from remat import devices
     from remat.sharding import collective_time
 
     sh = g.meta.get("sharding", {})
     gathered, prog, n = sh.get("gathered_args", {}), g.program, sh.get("n_devices", 1)
-    counts = np.asarray(plan.R).sum(axis=0)
     link = devices.for_backend().link_bw
-    nodes = [i for i, nd in enumerate(g.nodes) if not nd.is_backward and counts[i] >= 2
-             and any(a in gathered for a in prog.node_args[i])]
-    secs = sum((counts[i] - 1) * collective_time("all-gather", gathered[a], n, link)
-               for i in nodes for a in prog.node_args[i] if a in gathered)
-    return len(nodes), float(secs)
+    out = {}
+    for i, nd in enumerate(g.nodes):
+        args = [a for a in prog.node_args[i] if a in gathered]
+        if not nd.is_backward and args:
+            out[i] = (len(args), sum(collective_time("all-gather", gathered[a], n, link)
+                                     for a in args))
+    return out
+
+
+def _regathers(g, plan) -> tuple[int, float]:
+    """FSDP: forward nodes the plan recomputes that read a gathered weight (each recomputation
+    regathers it), and the modelled time of those extra all-gathers, s."""
+    import numpy as np
+
+    counts = np.asarray(plan.R).sum(axis=0)
+    reads = {i: s for i, (_, s) in _gather_reads(g).items() if counts[i] >= 2}
+    return len(reads), float(sum((counts[i] - 1) * s for i, s in reads.items()))
 
 
 def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: int = 8192,
@@ -277,6 +293,7 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     row.update(status="fit" if temp <= app.budget_bytes * 1.05 else "over",
                budget_bytes=int(app.budget_bytes), modelled_peak=peak,
                predicted_no_remat_temp=int(pred0), predicted_temp=int(pred),
+               calibrated_temp=int(round(row["no_remat_temp"] * pred / max(pred0, 1))),
                scaled_temp=int(peak * scale), compiled_temp=temp,
                ratio=round(temp / max(row["no_remat_temp"], 1), 4),
                grad_max_rel_err=max(errs),
@@ -284,6 +301,96 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
                gathered_bytes=int(sum(gathered.values())), regathered_nodes=regathered,
                regather_s=regather_s, all_gathers=_count_gathers(compiled.as_text()), error="")
     return row
+
+
+OUT_FSDP = os.path.join(os.path.dirname(__file__), "results", "sharded_fsdp_choices.csv")
+FIELDS_FSDP = ("model", "budget", "choice", "budget_bytes", "planned_budget", "no_remat_temp",
+               "regathered_nodes", "modelled_peak", "modelled_gathers", "modelled_compute_s",
+               "modelled_gather_s", "modelled_other_collective_s", "modelled_time_s",
+               "predicted_temp", "compiled_temp", "fits", "all_gathers", "grad_max_rel_err")
+
+
+def keep_gathered_plan(g, plan):
+    """``plan`` with every forward node that reads an FSDP-gathered weight and that ``plan``
+    recomputes run once instead (its first run kept until its last reader; every other node's
+    runs unchanged, retention by liveness)."""
+    import numpy as np
+
+    from policies.from_checkpoints import plan_from_steps
+
+    R = np.asarray(plan.R).copy()
+    for i in _gather_reads(g):
+        runs = np.flatnonzero(R[:, i])
+        R[runs[1:], i] = False
+    keep = plan_from_steps(g, [np.flatnonzero(r) for r in R], policy="keep_gathered",
+                           source=plan.meta.get("policy"))
+    keep.validate(g)
+    return keep
+
+
+def fsdp_choices(model: str, budget: str, *, width: int = 128, batch: int = 8192,
+                 blocks: int = 2, policy: str = "checkmate") -> list[dict]:
+    """FSDP: the drop-in's plan at ``budget`` (``chosen``) against the same plan with the stages
+    that read a gathered weight kept rather than recomputed (:func:`keep_gathered_plan`), applied
+    by the drop-in (``keep``: kept stages in the drop-in's trimmed checkpoints, whose backward
+    regathers the weight; ``keep_untrimmed``: kept stages run as is, so XLA keeps the gathered
+    weight).  Per choice: the modelled per-device peak, the modelled time (compute, the
+    forward all-gathers the plan runs, the other collectives of the no-remat step), the
+    predicted and compiled per-device temp, the compiled step's all-gathers.  Only the chosen
+    row when the plan recomputes no such stage."""
+    import jax
+    import numpy as np
+
+    import remat
+    from remat.apply import apply_plan
+    from remat.core.errors import InfeasibleBudgetError
+    from remat.sharded_memory import predict_sharded_temp_bytes
+
+    loss, params, x = _models(width, batch, blocks, only=model)[model]
+    ref_g = jax.jit(jax.grad(loss))(params, x)  # unsharded
+    ps, xs = _layout("fsdp", params, x)
+    try:
+        app = remat.value_and_grad(loss, policy, budget=budget).applied(ps, xs)
+    except InfeasibleBudgetError as e:
+        return [{"model": model, "budget": budget, "choice": "infeasible",
+                 "budget_bytes": int(e.budget)}]
+    g = app.graph
+    reads = _gather_reads(g)
+    other_s = sum(c.time_s for c in g.meta["sharding"]["collectives"] if c.kind != "all-gather")
+    chosen = app.plan
+    regathered = _regathers(g, chosen)[0]
+    choices = [("chosen", chosen)]
+    if regathered:
+        keep = keep_gathered_plan(g, chosen)
+        choices += [("keep", keep), ("keep_untrimmed", keep.with_meta(trim_segments=False))]
+    rows = []
+    for name, plan in choices:
+        a = app if plan is chosen else apply_plan(loss, (ps, xs), None, graph=g, plan=plan,
+                                                  warn=False)
+        rep = remat.simulate(g, plan)
+        counts = np.asarray(plan.R).sum(axis=0)
+        gather_s = float(sum(counts[i] * t for i, (_, t) in reads.items()))
+        pred = predict_sharded_temp_bytes(g, plan, a.abstract_args, fn=a.fn)
+        compiled = jax.jit(jax.value_and_grad(a.fn)).lower(ps, xs).compile()
+        grads = compiled(ps, xs)[1]
+        temp = int(compiled.memory_analysis().temp_size_in_bytes)
+        err = max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))
+                        / (np.max(np.abs(np.asarray(v))) + 1e-30))
+                  for u, v in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_g)))
+        rows.append({"model": model, "budget": budget, "choice": name,
+                     "budget_bytes": int(app.budget_bytes),
+                     "planned_budget": int(chosen.meta.get("budget") or 0),
+                     "no_remat_temp": int(app.baseline_temp_bytes),
+                     "regathered_nodes": _regathers(g, plan)[0],
+                     "modelled_peak": int(rep.peak_bytes),
+                     "modelled_gathers": int(sum(counts[i] * k for i, (k, _) in reads.items())),
+                     "modelled_compute_s": rep.compute_time_s - gather_s,
+                     "modelled_gather_s": gather_s, "modelled_other_collective_s": other_s,
+                     "modelled_time_s": rep.compute_time_s + other_s,
+                     "predicted_temp": int(pred), "compiled_temp": temp,
+                     "fits": temp <= app.budget_bytes * 1.05,
+                     "all_gathers": _count_gathers(compiled.as_text()), "grad_max_rel_err": err})
+    return rows
 
 
 OUT16 = os.path.join(os.path.dirname(__file__), "results", "sharded_plan16.csv")
@@ -361,6 +468,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--mesh16", action="store_true", help="plan the abstract 16-device "
                     "transformer (needs 16 host devices) and write " + os.path.basename(OUT16))
+    ap.add_argument("--fsdp-choices", action="store_true", help="FSDP: the plan against the "
+                    "same plan keeping its regathered stages (fsdp_choices), for --models and "
+                    "--budgets; writes " + os.path.basename(OUT_FSDP))
     a = ap.parse_args(argv)
     import warnings
 
@@ -373,6 +483,16 @@ def main(argv=None) -> None:
             for r in rows:
                 print(r, file=sys.stderr, flush=True)
                 w.writerow({k: r.get(k, "") for k in FIELDS16})
+        return
+    if a.fsdp_choices:
+        rows = [r for m in a.models.split(",") for b in a.budgets.split(",")
+                for r in fsdp_choices(m, b)]
+        with open(OUT_FSDP, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS_FSDP)
+            w.writeheader()
+            for r in rows:
+                print(r, file=sys.stderr, flush=True)
+                w.writerow({k: r.get(k, "") for k in FIELDS_FSDP})
         return
     rows = []
     for layout in a.layouts.split(","):

@@ -41,9 +41,10 @@ import jax, jax.numpy as jnp, numpy as np
 import remat
 from remat.compiled_budget import FLAG
 from remat.core.errors import InfeasibleBudgetError
-from experiments.sharded_budget import run_case, _models, _layout
+from experiments.sharded_budget import run_case, _models, _layout, fsdp_choices
 assert len(jax.devices()) == 8
 out = {{"rows": [run_case(l, m, b, blocks=1) for l, m, b, _ in {[c for c in CASES]!r}]}}
+out["fsdp_choices"] = fsdp_choices("mlp", "50%")
 
 # the per-device graph of the FSDP MLP: shards, gathered weights, collectives
 loss, params, x = _models(128, 8192, only="mlp")["mlp"]
@@ -147,6 +148,27 @@ def test_per_device_graph_counts_shards_gathers_and_collective_time(sharded):
     assert "all-gather" in g["kinds"] and all(t > 0 for t in g["gather_times"])
     # a node reading a gathered weight pays the gather: recomputing it regathers
     assert g["fwd_times"] and all(t > 0 for t, _ in g["fwd_times"])
+
+
+def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit(sharded):
+    """FSDP MLP at 50%: the plan recomputes stages that read a gathered weight (each
+    recomputation regathers); the same plan keeping them fits neither the modelled nor the
+    compiled budget, and costs less modelled time."""
+    rows = {r["choice"]: r for r in sharded["fsdp_choices"]}
+    assert set(rows) == {"chosen", "keep", "keep_untrimmed"}
+    ch, keep, raw = rows["chosen"], rows["keep"], rows["keep_untrimmed"]
+    assert ch["regathered_nodes"] > 0 and ch["fits"], ch
+    assert keep["regathered_nodes"] == 0 and keep["modelled_gathers"] == 8, keep
+    assert ch["modelled_gathers"] > keep["modelled_gathers"]
+    assert ch["modelled_gather_s"] > keep["modelled_gather_s"] > 0
+    assert ch["modelled_time_s"] > keep["modelled_time_s"]
+    assert keep["modelled_peak"] > keep["planned_budget"] >= ch["modelled_peak"], (keep, ch)
+    for r in (keep, raw):  # kept: over the per-device budget, compiled and predicted
+        assert not r["fits"] and r["compiled_temp"] > 1.5 * ch["compiled_temp"], r
+        assert r["predicted_temp"] > 1.05 * r["budget_bytes"], r
+    # kept stages run as is: XLA keeps the gathered weights (one all-gather each)
+    assert raw["all_gathers"] == 8 < ch["all_gathers"], (raw, ch)
+    assert all(r["grad_max_rel_err"] < 1e-4 for r in rows.values()), rows
 
 
 def test_jit_without_visible_shardings_warns(sharded):
