@@ -6,6 +6,7 @@ segments (:mod:`remat.segments`), scan equations bound by their decisions
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
@@ -152,12 +153,61 @@ def plan_segments_of(graph, plan) -> tuple[Segment, ...]:
     regions = plan.meta.get("regions")
     if regions:
         check_regions(regions, nfwd)
-        return region_segments(prog.fwd_node, regions, counts)
+        return region_segments(prog.fwd_node, replay_saves(graph, regions), counts)
     decisions = scan_decisions(prog, plan)
     # a scan planner's plan runs the rest without trimming kept segments (its model counts
     # JAX's own residuals there)
     trim = bool(plan.meta.get("trim_segments", not decisions))
     return plan_segments(prog.forward, prog.fwd_node, counts, trim=trim)
+
+
+def replay_saves(graph, regions) -> tuple:
+    """``regions`` with saves the replayed forward program can honour.
+
+    An equation of the forward program is several graph nodes: its primal output and the
+    residuals the original linearization computed from its operands or output (``2 * x`` of
+    ``square(x)``, the mask of a ``relu``); ``fwd_node`` maps it to the last.  Replayed under
+    ``jax.checkpoint``, JAX derives those residuals again, unnamed, from the operands, so a
+    saved residual is honoured by saving what it is computed from: each saved node that is
+    not an ancestor of the loss is replaced by its forward predecessors (until ancestors of
+    the loss), and each node by its equation's last node (the name of the equation's output).
+    Nodes before a region are its inputs, which ``jax.checkpoint`` keeps."""
+    prog = graph.program
+    lab = np.asarray(prog.fwd_node, dtype=np.int64)
+    eqns = prog.forward.eqns
+    producer = {o: k for k, e in enumerate(eqns) for o in e.outs}
+    bwd = graph.is_backward_array
+    todo = [int(lab[producer[r]]) for r in prog.forward.out_refs
+            if not isinstance(r, Lit) and r in producer]
+    live: set[int] = set()
+    while todo:
+        v = todo.pop()
+        if v in live:
+            continue
+        live.add(v)
+        todo.extend(p for p in graph.preds[v] if not bwd[p] and p not in live)
+
+    def swap(saves):
+        out, stack, seen = set(), [int(v) for v in saves], set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in live:
+                k = int(np.searchsorted(lab, v, side="left"))
+                if k < len(lab):
+                    out.add(int(lab[k]))
+            else:
+                stack.extend(p for p in graph.preds[v] if not bwd[p])
+        return out
+
+    def walk_regions(rs):
+        return tuple(dataclasses.replace(
+            r, saves=tuple(sorted(v for v in swap(r.saves) if r.start <= v < r.stop)),
+            children=walk_regions(r.children)) for r in rs)
+
+    return walk_regions(tuple(regions))
 
 
 def plan_function(graph, plan) -> Callable:
