@@ -18,10 +18,15 @@ at another JAX version writes ``compiled_budget_jax<version>.csv``)::
 
 Shown on ``docs/results/compiled_memory.md``.
 
-The hierarchical policy's rows (#35, must-show 1: the drop-in at 50% on these models)::
+The hierarchical policy against Checkmate at the stage level (the drop-in's default
+granularity for Checkmate) in XLA's bytes at 30-90 %, with ``flops_x`` the applied step's jaxpr
+FLOPs (:func:`remat.measurement.step_flops`) over ``jax.value_and_grad``'s (#35, must-shows 1
+and 2)::
 
-    python experiments/compiled_budget_report.py --policies hierarchical --pcts 50 \
+    python experiments/compiled_budget_report.py --policies hierarchical --pcts 30 50 70 90 \
         --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv
+    python experiments/compiled_budget_report.py --policies checkmate --pcts 30 50 70 90 \
+        --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
 
 shown on ``docs/results/hierarchical.md``.
 """
@@ -44,16 +49,17 @@ PCTS = (30, 50, 70)
 FIELDS = ["model", "policy", "pct", "status", "baseline_temp_bytes", "budget_bytes",
           "compiled_temp_bytes", "x_budget", "x_no_remat", "recomputes", "rounds", "compiles",
           "plan_peak_bytes", "predicted_temp_bytes", "predicted_x_compiled", "grad_rel_err",
-          "plan_s", "jax", "notes"]
+          "flops_x", "plan_s", "jax", "notes"]
 
 
-def _row(name, pol_name, pct, loss, params, batch, ref):
+def _row(name, pol_name, pct, loss, params, batch, ref, base_flops):
     import jax
     import numpy as np
 
     import policies
     import remat
     from remat.core.errors import RematError
+    from remat.measurement import step_flops
 
     pol = (policies.get("checkmate", time_limit=20.0) if pol_name == "checkmate"
            else policies.get(pol_name))
@@ -94,7 +100,7 @@ def _row(name, pol_name, pct, loss, params, batch, ref):
         compiles=sum(1 for r in app.rounds if r.compiled_temp is not None and not r.reused),
         plan_peak_bytes=app.plan.meta.get("peak_bytes"), predicted_temp_bytes=pred,
         predicted_x_compiled=round(pred / compiled, 3) if pred != "" and compiled else "",
-        grad_rel_err=f"{err:.2e}",
+        grad_rel_err=f"{err:.2e}", flops_x=round(step_flops(vg, params, batch) / base_flops, 5),
         notes=(row.get("notes", "") + " | ".join(n for n in app.notes if "closed loop" not in n)
                )[:300])
     return row
@@ -112,6 +118,7 @@ def main(argv=None) -> None:
     import jax
 
     from experiments.memory_model_report import MODELS
+    from remat.measurement import step_flops
 
     names = a.models or list(MODELS)
     with open(a.out, "w", newline="") as fh:
@@ -120,16 +127,18 @@ def main(argv=None) -> None:
         for name in names:
             loss, params, batch = MODELS[name]()
             ref = jax.jit(jax.value_and_grad(loss))(params, batch)
+            base_flops = step_flops(jax.value_and_grad(loss), params, batch)
             pols = a.policies or (
                 ["checkmate"] + (["scan_layers"] if name == "scan_transformer" else []))
             for pol in pols:
                 for pct in a.pcts:
-                    row = _row(name, pol, pct, loss, params, batch, ref)
+                    row = _row(name, pol, pct, loss, params, batch, ref, base_flops)
                     w.writerow(row)
                     fh.flush()
                     print({k: row.get(k) for k in ("model", "policy", "pct", "status",
                                                     "x_budget", "x_no_remat", "compiles",
-                                                    "predicted_x_compiled", "plan_s")},
+                                                    "predicted_x_compiled", "flops_x",
+                                                    "plan_s")},
                           flush=True)
 
 
