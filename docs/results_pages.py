@@ -194,12 +194,28 @@ RESULTS: tuple[Result, ...] = (
            "the CSE flag, its planning and set-up time, the independently compiled temp against "
            f"the budget and the no-remat step, the gradient error; a 48-layer planning row ({_CPU})."),
     Result("compiled_budget_hierarchical_jax0.12.0.1.csv", "The hierarchical drop-in on the "
-           "compiled-memory models",
-           "python experiments/compiled_budget_report.py --policies hierarchical --pcts 50 "
-           "--out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv",
+           "compiled-memory models, 30-90 %",
+           "python experiments/compiled_budget_report.py --policies hierarchical "
+           "--pcts 30 50 70 90 --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv",
            "results/hierarchical",
-           "The six models of the compiled-memory report at 50 % of the compiled no-remat temp: "
-           f"compiled temp, loop rounds and compiles, predicted temp, gradient error ({_CPU})."),
+           "The six models of the compiled-memory report at 30/50/70/90 % of the compiled no-remat "
+           "temp: compiled temp, loop rounds and compiles, predicted temp, gradient error, the "
+           f"applied step's jaxpr FLOPs over jax.value_and_grad's ({_CPU})."),
+    Result("compiled_budget_checkmate_sweep_jax0.12.0.1.csv", "Checkmate (stage level) on the "
+           "compiled-memory models, 30-90 %",
+           "python experiments/compiled_budget_report.py --policies checkmate "
+           "--pcts 30 50 70 90 --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "As the hierarchical sweep, for the Checkmate MILP (20 s) at the drop-in's default stage "
+           f"granularity: the reference of hierarchical's FLOPs in XLA's bytes ({_CPU})."),
+    Result("hierarchical_dropin_floors_jax0.12.0.1.csv", "Where hierarchical is refused at 50 %: "
+           "every policy's smallest compiled temp",
+           "python experiments/hierarchical_dropin.py --policies hierarchical checkmate sqrtn "
+           "--models resnet50 vgg16 mobilenet_v2 squeezenet unet densenet "
+           "--out experiments/results/hierarchical_dropin_floors_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "The drop-in at '50%' with three policies on the models hierarchical refuses: a fit, "
+           f"or the refusal's smallest compiled temp ({_CPU})."),
     Result("sharded_budget.csv", "Sharded steps: per-device budgets",
            "python -m experiments.sharded_budget",
            "results/sharded",
