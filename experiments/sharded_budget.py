@@ -459,6 +459,17 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
     return rows
 
 
+def _write_rows(path: str, fields, rows) -> None:
+    """Write ``rows`` (dicts, an iterable) to the CSV ``path``, each as it comes."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        for r in rows:
+            print(r, file=sys.stderr, flush=True)
+            w.writerow({k: r.get(k, "") for k in fields})
+            f.flush()
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON row per case on stdout")
@@ -476,23 +487,12 @@ def main(argv=None) -> None:
 
     warnings.simplefilter("ignore")
     if a.mesh16:
-        rows = plan_abstract16()
-        with open(OUT16, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS16)
-            w.writeheader()
-            for r in rows:
-                print(r, file=sys.stderr, flush=True)
-                w.writerow({k: r.get(k, "") for k in FIELDS16})
+        _write_rows(OUT16, FIELDS16, plan_abstract16())
         return
-    if a.fsdp_choices:
-        rows = [r for m in a.models.split(",") for b in a.budgets.split(",")
-                for r in fsdp_choices(m, b)]
-        with open(OUT_FSDP, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS_FSDP)
-            w.writeheader()
-            for r in rows:
-                print(r, file=sys.stderr, flush=True)
-                w.writerow({k: r.get(k, "") for k in FIELDS_FSDP})
+    if a.fsdp_choices:  # rows written as they are made (an interrupted run keeps its rows)
+        _write_rows(OUT_FSDP, FIELDS_FSDP, (r for m in a.models.split(",")
+                                            for b in a.budgets.split(",")
+                                            for r in fsdp_choices(m, b)))
         return
     rows = []
     for layout in a.layouts.split(","):
