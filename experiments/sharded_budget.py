@@ -38,6 +38,10 @@ its second by row).  Models: a tanh MLP and a pre-LN transformer in plain JAX, a
 MLP with biases (``flax_mlp``) and a Flax linen pre-LN transformer (``flax_transformer``:
 ``nn.MultiHeadDotProductAttention`` with 8 heads and no biases, ``nn.LayerNorm``, ``nn.Dense``
 with biases).
+
+Length: the three runs (the layouts x models table, ``--fsdp-choices``, ``--mesh16``) share the
+models, layouts and per-device figures, and ``tests/test_sharding.py`` runs cases of all of
+them in one subprocess.
 """
 
 from __future__ import annotations
