@@ -132,16 +132,17 @@ def test_each_option_is_the_brute_force_optimum_at_its_kept_bytes(inner, sizes, 
             assert o.recompute == pytest.approx(_brute_force_best(g, blk, interior_kept))
 
 
-def _plain_mlp_graph(depth=6, width=32, batch=64):
-    def loss(ws, x):
-        h = x
-        for w in ws:
-            h = jnp.tanh(h @ w)
-        return jnp.mean(h ** 2)
+def _tanh_mlp_loss(ws, x):
+    """Layers ``tanh(h @ w)``, mean of squares."""
+    for w in ws:
+        x = jnp.tanh(x @ w)
+    return jnp.mean(x ** 2)
 
+
+def _plain_mlp_graph(depth=6, width=32, batch=64):
     ws = [jnp.ones((width, width)) * 0.01 for _ in range(depth)]
     x = jnp.ones((batch, width))
-    return remat.extract(loss, ws, x, stages="eqn")
+    return remat.extract(_tanh_mlp_loss, ws, x, stages="eqn")
 
 
 def _residual_only(g) -> np.ndarray:
@@ -323,11 +324,7 @@ def test_plans_with_malformed_regions_are_refused_before_any_work():
     from remat.apply import apply_plan
     from remat.core.regions import CheckpointRegion
 
-    def loss(ws, x):
-        for w in ws:
-            x = jnp.tanh(x @ w)
-        return jnp.mean(x ** 2)
-
+    loss = _tanh_mlp_loss
     ws = [jnp.eye(8) * 0.5 for _ in range(4)]
     x = jnp.ones((4, 8))
     g = remat.extract(loss, ws, x, stages="eqn")
