@@ -71,6 +71,7 @@ from remat.fidelity import (
     scan_decisions,
 )
 from remat.interpreter import as_function, interpreter, plan_segments_of
+from remat.microbatch import microbatch, microbatch_args
 from remat.offload import plan_offload
 from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
 from remat.segments import Segment, plan_segments
@@ -172,8 +173,6 @@ def apply_plan(
     def realise(p, b):
         g, a = graph, abstract
         if p.microbatches > 1:  # the policy chose micro-batches: its columns are graph_at(k)
-            from remat.microbatch import microbatch_args
-
             g = ctx.graph_at(p.microbatches) if ctx is not None else graph
             a = _abstract(microbatch_args(abstract, argnums, p.microbatches))
         return dataclasses.replace(_realise(g, p, a, has_aux=has_aux), abstract_args=a)
@@ -183,6 +182,14 @@ def apply_plan(
             return temp_bytes(base_compiled)
         return step_temp_bytes(_realise(graph, None, abstract, has_aux=has_aux).fn, abstract,
                                argnums=argnums, has_aux=has_aux)
+
+    def step_temp(a):  # the step as it runs: k micro-batches accumulated over the full batch
+        k = a.plan.microbatches if a.plan is not None else 1
+        if k == 1:
+            return step_temp_bytes(a.fn, a.abstract_args, argnums=argnums, has_aux=has_aux)
+        vg = microbatch(jax.value_and_grad(a.fn, argnums=argnums, has_aux=has_aux), k,
+                        argnums=argnums, has_aux=has_aux)
+        return temp_bytes(jax.jit(vg).lower(*abstract).compile())
 
     semantics, target, baseline, notes = budget_semantics(budget, plan, baseline_temp)
     rounds: tuple = ()
@@ -194,8 +201,7 @@ def apply_plan(
             return realise(make_plan(pol, graph, int(b), ctx), b)
 
         first = int(math.ceil(target * graph.no_remat_peak() / max(baseline, 1)))
-        result = fit(plan_at, lambda a: step_temp_bytes(a.fn, a.abstract_args, argnums=argnums,
-                                                        has_aux=has_aux),
+        result = fit(plan_at, step_temp,
                      target, first_budget=first, recomputes=recomputes,
                      policy_name=repr(getattr(pol, "name", type(pol).__name__)),
                      max_compiles=max_compiles)
@@ -206,7 +212,7 @@ def apply_plan(
         app = realise(make_plan(pol, graph, spec, ctx), spec)
     if semantics == "compiled":
         if not rounds:
-            compiled = step_temp_bytes(app.fn, app.abstract_args, argnums=argnums, has_aux=has_aux)
+            compiled = step_temp(app)
         notes += compiled_notes(app, compiled, target, baseline, rounds)
     warns = list(app.warnings)
     for n in notes:
@@ -300,8 +306,6 @@ class _Transform:
     # -- the plan at these arguments (cached per shapes/dtypes/treedef)
     def applied(self, *args) -> Applied:
         """The :class:`Applied` plan for ``args`` (micro-batch sized when micro-batching)."""
-        from remat.microbatch import microbatch_args
-
         k = self.microbatches
         margs = microbatch_args(args, self.argnums, k) if k > 1 else _abstract(tuple(args))
         key = _signature(margs)
@@ -349,8 +353,6 @@ class _Transform:
             return app.fn(*args)
         vg = jax.value_and_grad(app.fn, argnums=self.argnums, has_aux=self.has_aux)
         k = app.plan.microbatches if app.plan is not None else self.microbatches
-        from remat.microbatch import microbatch
-
         out = microbatch(vg, k, argnums=self.argnums, reduction=self.reduction,
                          has_aux=self.has_aux, aux_mode=self.microbatch_aux)(*args)
         return out[1] if self.mode == "grad" else out
