@@ -11,8 +11,9 @@ blocks, options and DP; extraction and compiles not included), the whole drop-in
 ``jax.jit`` of the public transform (compiled here, independently of the loop), its ratio to
 the budget and to the no-remat temp, the worst per-leaf gradient error against
 ``jax.value_and_grad`` (relative to the leaf's largest magnitude, at least 1e-3 of the largest
-leaf's: a gradient that is zero in exact arithmetic is float noise), and the plan's blocks and
-scan decisions.  A typed error is a row with its smallest feasible budget.  A last row times
+leaf's: a gradient that is zero in exact arithmetic is float noise), the plan's blocks and
+scan decisions, and its micro-batch count (``microbatches``: more than 1 where the whole batch
+does not fit and the samples do not interact).  A typed error is a row with its smallest feasible budget.  A last row times
 planning a 48-layer plain-JAX transformer at equation granularity at 50 % of its modelled
 peak (no compile).
 
@@ -50,7 +51,8 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-FIELDS = ["model", "source", "policy", "status", "nodes", "blocks", "scans", "plan_s", "dropin_s",
+FIELDS = ["model", "source", "policy", "status", "nodes", "blocks", "scans", "microbatches",
+          "plan_s", "dropin_s",
           "baseline_temp_bytes", "budget_bytes", "compiled_temp_bytes", "x_budget",
           "x_no_remat", "min_feasible_bytes", "grad_rel_err", "jax", "note"]
 
@@ -66,26 +68,6 @@ ZOO = {
     "gpt2_small": dict(batch_size=16, **_T),
     "bert_small": dict(batch_size=16, **_T),
 }
-
-
-def densenet(depth: int = 6, width: int = 32, batch: int = 128):
-    """Plain JAX: each layer reads the concatenation of every earlier feature map (no cut
-    inside the stack: one block)."""
-    import jax
-    import jax.numpy as jnp
-
-    rng = np.random.default_rng(1)
-    ws = [jnp.asarray(rng.normal(size=(width * (i + 1), width)) * 0.2, jnp.float32)
-          for i in range(depth)]
-    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
-
-    def loss(ws, x):
-        feats = [x]
-        for w in ws:
-            feats.append(jax.nn.relu(jnp.concatenate(feats, -1) @ w))
-        return jnp.mean(feats[-1] ** 2)
-
-    return loss, ws, x
 
 
 def nnx_mlp(depth: int = 16, width: int = 64, batch: int = 128):
@@ -128,7 +110,7 @@ def _outside():
         "residual_stack": residual_stack,
         "linen_cnn": lambda: linen_cnn(B=8, S=16, depth=6),
         "nnx_mlp": nnx_mlp,
-        "densenet": densenet,
+        "densenet": om.densenet,
         "linen_scan_transformer": om.linen_scan_transformer,
     }
 
@@ -170,7 +152,7 @@ def row(name: str, source: str, loss, params, batch, policy: str = "hierarchical
     _, ref = jax.jit(jax.value_and_grad(loss))(params, batch)
     meta = app.plan.meta
     out.update(status="ok", nodes=app.graph.n, blocks=meta.get("blocks", ""),
-               scans=len(meta.get("scans", ())),
+               scans=len(meta.get("scans", ())), microbatches=app.plan.microbatches,
                plan_s=round(float(meta.get("solve_time_s", float("nan"))), 2),
                baseline_temp_bytes=app.baseline_temp_bytes, budget_bytes=app.budget_bytes,
                compiled_temp_bytes=temp, x_budget=round(temp / app.budget_bytes, 3),

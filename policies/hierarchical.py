@@ -16,6 +16,13 @@ A ``lax.scan`` is one node of its block; the blocks are planned around each of a
 the scan's Pareto front of per-iteration options (ScanLayers' option generator,
 :func:`policies.scan_layers.scan_front`), and the cheapest plan wins (``meta["scans"]``).
 
+Micro-batches: when no schedule of the whole batch fits and the samples do not interact
+(``ctx.batch_coupled`` False: no BatchNorm statistics), the same planning runs on
+``ctx.graph_at(k)`` for the smallest ``k`` micro-batches at which it fits (Melon's rule, §4.1:
+the largest micro-batch that fits); ``Plan.microbatches`` is ``k`` and
+``meta["microbatch_reason"]`` says why (and why not, when the whole batch fits or the samples
+are coupled).
+
 The DP's memory model is per block (kept bytes, transients); the plan is then replayed on the
 whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
 the returned plan's replayed peak fits the budget and uses it.  ``meta``: ``blocks``,
@@ -93,6 +100,8 @@ class Hierarchical(BasePolicy):
       scan_options: most scan decisions (:class:`~remat.core.scan_plan.ScanDecision`, the
         per-iteration options ScanLayers searches) the blocks are planned around, in all; a
         scan is one node of its block, with that decision's kept bytes and FLOPs.
+      microbatch: when the whole batch does not fit, plan ``k`` micro-batches (needs
+        ``ctx.graph_at``; never when ``ctx.batch_coupled``).
     """
 
     budget: int | str | None = None
@@ -101,6 +110,7 @@ class Hierarchical(BasePolicy):
     rounds: int = 8
     option_time_limit: float = 1.0
     scan_options: int = 8
+    microbatch: bool = True
 
     shortcut: ClassVar[bool] = True
     #: the drop-in extracts at equation granularity for this policy (``stages="auto"``)
@@ -158,10 +168,43 @@ class Hierarchical(BasePolicy):
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
         """The graph with each scan node's bytes and FLOPs under the plan's scan decisions."""
+        graph = super().evaluation_graph(graph, plan, ctx)
         decisions = plan.meta.get("scans", ())
         return adjusted_graph(graph, decisions) if decisions else graph
 
+    def _microbatch_counts(self, ctx: PolicyContext) -> tuple[list[int], str]:
+        """The micro-batch counts to try, smallest first, and why there are none."""
+        if not self.microbatch:
+            return [], "micro-batching disabled"
+        if ctx.batch_coupled:
+            return [], "batch-coupled layers (BatchNorm): micro-batching changes the math"
+        counts = ctx.microbatch_counts()
+        return counts, "" if counts else "no micro-batch count (no graph_at or batch size)"
+
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
+        counts, why = self._microbatch_counts(ctx)
+        try:
+            plan = self._solve_batch(graph, budget_bytes)
+        except InfeasibleBudgetError as whole:
+            for k in counts:
+                try:
+                    plan = self._solve_batch(ctx.graph_at(k), budget_bytes)
+                except InfeasibleBudgetError:
+                    continue
+                return dataclasses.replace(plan, microbatches=k).with_meta(
+                    microbatch_reason=f"the whole batch does not fit ({whole.reason}); "
+                                      f"{k} micro-batches of {ctx.batch_size // k} do")
+            if not counts:
+                raise InfeasibleBudgetError(whole.budget, whole.min_feasible_bytes,
+                                            f"{whole.reason}; not micro-batched: {why}") from None
+            # the smallest feasible budget over micro-batch counts: min_feasible_budget
+            raise InfeasibleBudgetError(whole.budget, None, f"{whole.reason}, nor with "
+                                        f"{counts[0]} to {counts[-1]} micro-batches") from None
+        return plan.with_meta(microbatch_reason=why or "the whole batch fits")
+
+    def _solve_batch(self, graph: Graph, budget_bytes: int) -> Plan:
+        """:meth:`solve` on one graph (no micro-batching): the cheapest plan over the scan
+        decisions, or :class:`InfeasibleBudgetError` with the smallest replayed peak."""
         budget = int(budget_bytes)
         cache: dict = {}
         best, smallest = None, None
@@ -235,7 +278,16 @@ class Hierarchical(BasePolicy):
 
     def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
         """The smallest replayed peak of the DP's schedule at its smallest memory, over the
-        scan decisions it plans around."""
+        scan decisions it plans around; with micro-batches allowed, also on the graph of the
+        most micro-batches (one sample each)."""
+        floor = self._min_batch_peak(graph)
+        counts, _ = self._microbatch_counts(ctx or PolicyContext())
+        if counts:
+            at = self._min_batch_peak(ctx.graph_at(counts[-1]))
+            floor = at if floor is None else floor if at is None else min(floor, at)
+        return floor
+
+    def _min_batch_peak(self, graph: Graph) -> int | None:
         cache: dict = {}
         peaks = []
         for decisions in self._scan_candidates(graph):

@@ -361,3 +361,81 @@ def test_applied_regions_run_the_plans_flops_on_batch_statistics():
     base = step_flops(jax.value_and_grad(loss), params, batch)
     plan_x = app.predicted_flops / float(app.graph.flops_array.sum())
     assert step_flops(vg, params, batch) / base <= plan_x + 0.02
+
+
+def test_a_batch_that_does_not_fit_is_micro_batched_unless_the_samples_interact():
+    """Below the whole batch's smallest replayed peak, the DenseNet-style stack (one block: no
+    cut) is planned as ``k`` micro-batches on ``ctx.graph_at(k)``, the smallest ``k`` that fits;
+    with coupled samples (BatchNorm) or micro-batching off it is refused, naming the whole
+    batch's minimum."""
+    import dataclasses
+
+    from helpers import outside_models as om
+
+    from remat.apply import planning_context
+
+    loss, ws, x = om.densenet(depth=4, width=16, batch=128)
+    g = remat.extract(loss, ws, x, stages="eqn")
+    ctx = planning_context(loss, (ws, x), g)
+    assert not ctx.batch_coupled and ctx.microbatch_counts()
+    pol = policies.Hierarchical(option_time_limit=SAFETY_S)
+    floor = pol.min_feasible_budget(g)  # the whole batch (no ctx)
+    b = int(0.8 * floor)
+    p = pol.plan(g, b, ctx=ctx)
+    k = p.microbatches
+    assert k > 1 and "micro-batches" in p.meta["microbatch_reason"]
+    assert replay(ctx.graph_at(k), p).peak_bytes <= b
+    for fewer in (j for j in ctx.microbatch_counts() if j < k):
+        with pytest.raises(InfeasibleBudgetError):
+            pol._solve_batch(ctx.graph_at(fewer), b)
+    for refuse, why in ((dataclasses.replace(ctx, batch_coupled=True), "BatchNorm"),
+                        (ctx, "disabled")):
+        q = pol if why == "BatchNorm" else dataclasses.replace(pol, microbatch=False)
+        with pytest.raises(InfeasibleBudgetError, match=why) as e:
+            q.plan(g, b, ctx=refuse)
+        assert e.value.min_feasible_bytes == floor
+    # a budget no micro-batch count meets names the one-sample floor, which plans
+    with pytest.raises(InfeasibleBudgetError) as e:
+        pol.plan(g, 64, ctx=ctx)
+    mf = int(e.value.min_feasible_bytes)
+    assert 64 < mf < floor
+    q = pol.plan(g, mf, ctx=ctx)
+    assert q.microbatches > k and replay(ctx.graph_at(q.microbatches), q).peak_bytes <= mf
+
+
+_MICROBATCHED = r"""
+import json, sys, warnings
+sys.path.insert(0, "tests")
+import jax, jax.numpy as jnp
+import policies, remat
+from helpers import outside_models as om
+loss, ws, x = om.densenet(depth=4, width=16, batch=32)
+vg = remat.value_and_grad(loss, policies.Hierarchical(option_time_limit=120.0), budget="40%")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    app = vg.applied(ws, x)
+temp = jax.jit(vg).lower(ws, x).compile().memory_analysis().temp_size_in_bytes
+v, g = jax.jit(vg)(ws, x)
+v0, g0 = jax.jit(jax.value_and_grad(loss))(ws, x)
+err = max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-12))
+          for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)))
+print(json.dumps(dict(k=app.plan.microbatches, budget=app.budget_bytes, temp=temp,
+                      loop_temp=app.compiled_temp_bytes, baseline=app.baseline_temp_bytes,
+                      semantics=app.budget_semantics, err=err,
+                      value_err=abs(float(v) - float(v0)) / abs(float(v0)))))
+"""
+
+
+@pytest.mark.slow
+def test_dropin_micro_batches_a_stack_whose_whole_batch_does_not_fit():
+    """At 40% of the compiled no-remat temp the concatenating stack does not fit as one batch:
+    the drop-in runs ``k`` accumulated micro-batches whose step (the ``lax.scan`` over the full
+    batch, compiled here independently) is within the budget, with the loop's own figure equal to
+    it (it compiled the micro-batch step alone before) and JAX's gradients."""
+    from helpers.xla_subprocess import run_json
+
+    r = run_json(_MICROBATCHED)
+    assert r["semantics"] == "compiled" and r["k"] > 1, r
+    assert r["temp"] <= 1.05 * r["budget"] and r["budget"] <= 0.4 * r["baseline"] + 1, r
+    assert r["loop_temp"] == r["temp"], r
+    assert r["err"] < 1e-5 and r["value_err"] < 1e-5, r

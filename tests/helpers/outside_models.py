@@ -93,6 +93,23 @@ def plain_tanh_mlp(depth: int = 8, width: int = 16, batch: int = 8):
     return loss, params, batch_
 
 
+def densenet(depth: int = 6, width: int = 32, batch: int = 128):
+    """Plain JAX, DenseNet-style: each layer reads the concatenation of every earlier feature
+    map, so the stack has no cut (one block); ``loss(ws, x)``."""
+    rng = np.random.default_rng(1)
+    ws = [jnp.asarray(rng.normal(size=(width * (i + 1), width)) * 0.2, jnp.float32)
+          for i in range(depth)]
+    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
+
+    def loss(ws, x):
+        feats = [x]
+        for w in ws:
+            feats.append(jax.nn.relu(jnp.concatenate(feats, -1) @ w))
+        return jnp.mean(feats[-1] ** 2)
+
+    return loss, ws, x
+
+
 class _LinenMLP(nn.Module):
     depth: int = 6
     width: int = 16
