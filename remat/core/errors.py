@@ -7,6 +7,7 @@ Every public function that rejects its input raises one of these, never a bare `
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -61,8 +62,8 @@ class InfeasibleBudgetError(RematError, ValueError):
         self.budget = budget
         self.min_feasible_bytes = min_feasible_bytes
         self.reason = message
-        smallest = ("unknown" if min_feasible_bytes is None else
-                    f"{format_bytes(min_feasible_bytes)} ({int(min_feasible_bytes)} bytes)")
+        smallest = ("unknown" if min_feasible_bytes is None or not math.isfinite(min_feasible_bytes)
+                    else f"{format_bytes(min_feasible_bytes)} ({int(min_feasible_bytes)} bytes)")
         text = f"budget {format_bytes(budget)} is infeasible; the smallest feasible budget is {smallest}"
         super().__init__(text + (f": {message}" if message else ""))
 
