@@ -77,12 +77,35 @@ def predicted_residual_bytes(graph, plan, segs: tuple[Segment, ...] | None = Non
     return total
 
 
+def _residual_only(graph) -> set[int]:
+    """Forward nodes the loss (the last forward node) does not depend on: residuals of the
+    linearization, derived again in a region's backward from what it saves."""
+    bwd = graph.is_backward_array
+    fwd = np.flatnonzero(~bwd)
+    live, todo = set(), [int(fwd[-1])] if len(fwd) else []
+    while todo:
+        v = todo.pop()
+        if v not in live:
+            live.add(v)
+            todo.extend(p for p in graph.preds[v] if not bwd[p])
+    return {int(v) for v in fwd} - live
+
+
 def _region_residual_bytes(graph, segs) -> int:
     prog = graph.program
     eqns = prog.forward.eqns
     made = {o: k for k, e in enumerate(eqns) for o in e.outs}
     is_bwd = graph.is_backward_array
     succs = graph.succs
+    residual = _residual_only(graph)
+    read_memo: dict[int, bool] = {}
+
+    def read_by_backward(v: int) -> bool:  # directly, or through residuals derived from it
+        if v not in read_memo:
+            read_memo[v] = any(is_bwd[d] or (d in residual and read_by_backward(d))
+                               for d in succs[v])
+        return read_memo[v]
+
     kept: set[int] = set()
     for s in segs:
         if not s.remat:
@@ -90,7 +113,7 @@ def _region_residual_bytes(graph, segs) -> int:
         for e in eqns[s.start:s.stop]:
             kept.update(r for r in e.ins if not isinstance(r, Lit) and made.get(r, s.start) < s.start)
         for k in s.saves or ():
-            if any(is_bwd[d] for d in succs[int(prog.fwd_node[k])]):
+            if read_by_backward(int(prog.fwd_node[k])):
                 kept.update(eqns[k].outs)
     return int(sum(aval_bytes(prog.avals[v]) for v in kept))
 
