@@ -23,8 +23,10 @@ the largest micro-batch that fits); ``Plan.microbatches`` is ``k`` and
 ``meta["microbatch_reason"]`` says why (and why not, when the whole batch fits or the samples
 are coupled).
 
-The DP's memory model is per block (kept bytes, transients); the plan is then replayed on the
-whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
+Values are sized as a region saves them (:func:`remat.core.regions.region_saved_graph`): JAX
+re-derives a residual of the linearization (a ReLU's mask) from its operands, so keeping it costs
+the operands' bytes.  The DP's memory model is per block (kept bytes, transients); the plan is
+then replayed on the whole graph, and the DP's memory is corrected and solved again (at most ``rounds`` times) so
 the returned plan's replayed peak fits the budget and uses it.  ``meta``: ``blocks``,
 ``distinct_blocks``, ``options`` (per distinct block), ``option_status`` (``"optimal"`` when
 every block's options were solved exactly), ``dp_memory``, ``rounds`` and ``regions`` (the
@@ -47,6 +49,7 @@ from policies.scan_layers import anchor_units, scan_front
 from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
 from remat.core.graph import Graph
 from remat.core.plan import Plan
+from remat.core.regions import region_saved_graph
 from remat.core.scan_plan import adjusted_graph, scan_nodes
 from remat.core.schedule import replay
 from solvers.hierarchical import (
@@ -167,10 +170,13 @@ class Hierarchical(BasePolicy):
         return [tuple(d for d in combo if d is not None) for combo in itertools.product(*picks)]
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
-        """The graph with each scan node's bytes and FLOPs under the plan's scan decisions."""
+        """The graph with each scan node's bytes and FLOPs under the plan's scan decisions, and,
+        for a plan applied as regions, each residual sized as what a region saves to keep it
+        (:func:`remat.core.regions.region_saved_graph`)."""
         graph = super().evaluation_graph(graph, plan, ctx)
         decisions = plan.meta.get("scans", ())
-        return adjusted_graph(graph, decisions) if decisions else graph
+        graph = adjusted_graph(graph, decisions) if decisions else graph
+        return region_saved_graph(graph) if plan.meta.get("regions") else graph
 
     def _microbatch_counts(self, ctx: PolicyContext) -> tuple[list[int], str]:
         """The micro-batch counts to try, smallest first, and why there are none."""
@@ -209,7 +215,7 @@ class Hierarchical(BasePolicy):
         cache: dict = {}
         best, smallest = None, None
         for decisions in self._scan_candidates(graph):
-            g = adjusted_graph(graph, decisions) if decisions else graph
+            g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)
             try:
                 plan, cost = self._solve_graph(g, budget, cache)
             except InfeasibleBudgetError as e:
@@ -259,9 +265,12 @@ class Hierarchical(BasePolicy):
             if nxt == mem or (lo is not None and hi is not None and hi - lo <= max(budget // 512, 1)):
                 break
             mem = int(nxt)
-        if best is None:
-            raise InfeasibleBudgetError(budget, self._min_peak(graph, chain, options, costs),
-                                        "hierarchical: no DP schedule replays within the budget")
+        if best is None:  # the DP's least-memory schedule, on its finest table, may still fit
+            least = self._least_memory(graph, chain, options, costs)
+            if least is None or least[1] > budget:
+                raise InfeasibleBudgetError(budget, None if least is None else least[1],
+                                            "hierarchical: no DP schedule replays within the budget")
+            best, best_cost, best_mem = least[0], float(least[0].compute_counts() @ graph.costs), 0
         status = "optimal" if all(o.status == "optimal" for o in options) else "heuristic"
         return best.with_meta(
             status="heuristic", option_status=status, blocks=chain.n,
@@ -269,12 +278,17 @@ class Hierarchical(BasePolicy):
             options=tuple(len(options[int(d)].options) for d in sorted(set(chain.distinct))),
             dp_memory=int(best_mem), rounds=tuple(rounds), budget=budget), best_cost
 
-    def _min_peak(self, graph, chain, options, costs) -> int | None:
+    def _least_memory(self, graph, chain, options, costs) -> tuple[Plan, int] | None:
+        """The DP's schedule at its smallest memory and its replayed peak (``None``: none)."""
         table = fill_blocks(costs, 0, levels=self.levels)
         if not np.isfinite(table.min_memory):
             return None
-        _, peak, _ = self._plan_at(graph, chain, options, table, int(table.min_memory))
-        return int(peak)
+        plan, peak, _ = self._plan_at(graph, chain, options, table, int(table.min_memory))
+        return plan, int(peak)
+
+    def _min_peak(self, graph, chain, options, costs) -> int | None:
+        least = self._least_memory(graph, chain, options, costs)
+        return None if least is None else least[1]
 
     def min_feasible_budget(self, graph: Graph, ctx: PolicyContext | None = None) -> int | None:
         """The smallest replayed peak of the DP's schedule at its smallest memory, over the
@@ -291,7 +305,7 @@ class Hierarchical(BasePolicy):
         cache: dict = {}
         peaks = []
         for decisions in self._scan_candidates(graph):
-            g = adjusted_graph(graph, decisions) if decisions else graph
+            g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)
             p = self._min_peak(g, *self._prepare(g, cache))
             if p is not None:
                 peaks.append(p)

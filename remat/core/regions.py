@@ -14,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 from remat.core.errors import InvalidPlanError
 
-__all__ = ["CheckpointRegion", "check_regions"]
+__all__ = ["CheckpointRegion", "check_regions", "region_saved_graph"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,3 +54,40 @@ def check_regions(regions: Sequence[CheckpointRegion], n_fwd: int, lo: int = 0,
                                    f"outside it: {bad[:5]}")
         check_regions(r.children, n_fwd, r.start, r.stop)
         prev = r.stop
+
+
+def region_saved_graph(graph):
+    """``graph`` with each forward node the loss does not depend on sized as what a checkpoint
+    region saves to keep it (at least its own bytes).
+
+    Such a node is a residual of the original linearization (a ReLU's ``bool`` mask, ``2 * z``
+    of a square); replayed under ``jax.checkpoint`` JAX derives it again from its forward
+    predecessors, so a region keeps it by saving those, up to values the loss depends on
+    (``remat.interpreter.replay_saves``): a mask kept costs its ``float32`` operand's bytes.
+    The loss is the last forward node (extracted graphs).  Graphs without a program (no
+    regions are applied to them) are returned unchanged.
+    """
+    if graph.program is None:
+        return graph
+    bwd = graph.is_backward_array
+    fwd = np.flatnonzero(~bwd)
+    if not len(fwd):
+        return graph
+    preds, sizes = graph.preds, graph.sizes
+    live, todo = set(), [int(fwd[-1])]
+    while todo:
+        v = todo.pop()
+        if v not in live:
+            live.add(v)
+            todo.extend(p for p in preds[v] if not bwd[p])
+    swap: dict[int, frozenset] = {}
+    nodes = list(graph.nodes)
+    for v in (int(u) for u in fwd):  # topological: a node's preds are swapped first
+        if v in live:
+            continue
+        swap[v] = frozenset().union(*([frozenset((p,)) if p in live else swap[p]
+                                       for p in preds[v] if not bwd[p]] or [frozenset()]))
+        b = int(sum(int(sizes[p]) for p in swap[v]))
+        if b > nodes[v].out_bytes:
+            nodes[v] = dataclasses.replace(nodes[v], out_bytes=b)
+    return dataclasses.replace(graph, nodes=tuple(nodes))
