@@ -31,15 +31,21 @@ def pinned_host_profile():
     measured by timing JAX ops.  A graph extracted under it has the same costs on every
     machine and under any load, so a MILP built from it is the same instance (with the measured
     profile, a loaded machine gave other costs, another instance, another proof time)."""
+    import contextlib
     import dataclasses
     from unittest import mock
 
     from remat import devices
+    from remat.core import devices as registry
 
     pinned = dataclasses.replace(
         devices.get("cortex-a72"), name="host", flops_per_s=5e10, memory_bandwidth=3.5e10,
         calibration=(), source="tests/helpers/limits.py: fixed rates, not measured")
-    return mock.patch.object(devices, "host_profile", lambda: pinned)
+    stack = contextlib.ExitStack()
+    # both ways in: the module function and the registry entry ``devices.get("host")`` reads
+    stack.enter_context(mock.patch.object(devices, "host_profile", lambda: pinned))
+    stack.enter_context(mock.patch.dict(registry._MEASURED, {"host": lambda: pinned}))
+    return stack
 
 
 def spend_highs_time(monkeypatch) -> None:
