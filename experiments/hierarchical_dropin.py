@@ -28,7 +28,7 @@ The smallest compiled temp other policies reach where hierarchical is refused (t
 drop-in at ``"50%"``; a refusal names the compiled temp of the policy's smallest plan)::
 
     python experiments/hierarchical_dropin.py --policies hierarchical checkmate sqrtn \
-        --models resnet50 vgg16 mobilenet_v2 squeezenet unet densenet \
+        --models mobilenet_v2 \
         --out experiments/results/hierarchical_dropin_floors_jax0.12.0.1.csv
 
 Rows are written as they are made (an interrupted run keeps its rows).  Shown on
