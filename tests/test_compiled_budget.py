@@ -289,3 +289,13 @@ def test_compiled_budget_on_generated_models(frontend):
 
     check()
     assert seen["semantics"] - {"infeasible"}, seen  # at least one budget was met, not refused
+
+
+def test_a_policy_refusing_every_budget_is_a_typed_error_with_an_unknown_minimum():
+    """The loop met no plan at all: its error says the minimum is unknown and why (it raised
+    ``OverflowError`` formatting an infinite minimum before)."""
+    def plan_at(b):
+        raise InfeasibleBudgetError(b, 10 ** 9 if b else 0, "the policy's own refusal")
+
+    with pytest.raises(InfeasibleBudgetError, match="unknown.*the policy's own refusal"):
+        fit(plan_at, lambda a: 0, 1000, first_budget=800, recomputes=lambda a: True)
