@@ -267,20 +267,18 @@ def test_the_block_dp_never_under_counts_the_replayed_peak(blocks, inner, frac):
     assert float(plan.compute_counts() @ g.costs) == pytest.approx(sched.cost, rel=1e-9)
 
 
-_COMPILED = r"""
+_MEASURE = r"""
 import json, sys, warnings
 sys.path.insert(0, "tests")
 import jax, jax.numpy as jnp
 import policies, remat
 from helpers import outside_models as om
-rows = []
-for name, build in (("plain_transformer", lambda: om.plain_transformer(layers=4)),
-                    ("linen_mlp", lambda: om.linen_mlp(batch=64)),
-                    ("linen_scan_transformer", om.linen_scan_transformer)):
-    loss, params, batch = build()
+
+
+def measure(loss, params, batch, pct):
     # options proven optimal whatever the machine's speed (a block's programme takes ms)
     vg = remat.value_and_grad(loss, policies.Hierarchical(option_time_limit=120.0),
-                              budget="50%")
+                              budget=f"{pct}%")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         app = vg.applied(params, batch)
@@ -289,14 +287,20 @@ for name, build in (("plain_transformer", lambda: om.plain_transformer(layers=4)
     v0, g0 = jax.jit(jax.value_and_grad(loss))(params, batch)
     err = max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-12))
               for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)))
-    rows.append(dict(name=name, budget=app.budget_bytes, baseline=app.baseline_temp_bytes,
-                     temp=temp, semantics=app.budget_semantics, err=err,
-                     value_err=abs(float(v) - float(v0)) / abs(float(v0)),
-                     regions=len(app.plan.meta.get("regions", ())),
-                     scans=len(app.plan.meta.get("scans", ())),
-                     recomputes=int(app.plan.compute_counts().max()),
-                     option_status=app.plan.meta["option_status"]))
-print(json.dumps(rows))
+    return dict(k=app.plan.microbatches, budget=app.budget_bytes, temp=temp,
+                loop_temp=app.compiled_temp_bytes, baseline=app.baseline_temp_bytes,
+                semantics=app.budget_semantics, err=err, pct=pct,
+                value_err=abs(float(v) - float(v0)) / abs(float(v0)),
+                regions=len(app.plan.meta.get("regions", ())),
+                scans=len(app.plan.meta.get("scans", ())),
+                recomputes=int(app.plan.compute_counts().max()),
+                option_status=app.plan.meta.get("option_status"))
+"""
+_COMPILED = _MEASURE + r"""
+print(json.dumps([dict(name=name, **measure(*build(), 50)) for name, build in (
+    ("plain_transformer", lambda: om.plain_transformer(layers=4)),
+    ("linen_mlp", lambda: om.linen_mlp(batch=64)),
+    ("linen_scan_transformer", om.linen_scan_transformer))]))
 """
 
 
@@ -403,26 +407,8 @@ def test_a_batch_that_does_not_fit_is_micro_batched_unless_the_samples_interact(
     assert q.microbatches > k and replay(ctx.graph_at(q.microbatches), q).peak_bytes <= mf
 
 
-_MICROBATCHED = r"""
-import json, sys, warnings
-sys.path.insert(0, "tests")
-import jax, jax.numpy as jnp
-import policies, remat
-from helpers import outside_models as om
-loss, ws, x = om.densenet(depth=4, width=16, batch=32)
-vg = remat.value_and_grad(loss, policies.Hierarchical(option_time_limit=120.0), budget="40%")
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    app = vg.applied(ws, x)
-temp = jax.jit(vg).lower(ws, x).compile().memory_analysis().temp_size_in_bytes
-v, g = jax.jit(vg)(ws, x)
-v0, g0 = jax.jit(jax.value_and_grad(loss))(ws, x)
-err = max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-12))
-          for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)))
-print(json.dumps(dict(k=app.plan.microbatches, budget=app.budget_bytes, temp=temp,
-                      loop_temp=app.compiled_temp_bytes, baseline=app.baseline_temp_bytes,
-                      semantics=app.budget_semantics, err=err,
-                      value_err=abs(float(v) - float(v0)) / abs(float(v0)))))
+_MICROBATCHED = _MEASURE + r"""
+print(json.dumps(measure(*om.densenet(depth=4, width=16, batch=32), 40)))
 """
 
 
@@ -461,27 +447,10 @@ def test_residuals_are_sized_as_what_a_region_saves():
     assert p.meta["peak_bytes"] == replay(r, p).peak_bytes  # the plan is held to those sizes
 
 
-_BATCHNORM = r"""
-import json, sys, warnings
-import jax, jax.numpy as jnp
-import policies, remat
-loss, params, batch = remat.zoo.get("resnet18", batch_size=16, image_size=16, width=8,
-                                    stage_sizes=(1, 1, 1, 1))
+_BATCHNORM = _MEASURE + r"""
 old = tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 10)
-pct = 80 if old else 50
-vg = remat.value_and_grad(loss, policies.Hierarchical(option_time_limit=120.0),
-                          budget=f"{pct}%")
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    app = vg.applied(params, batch)
-temp = jax.jit(vg).lower(params, batch).compile().memory_analysis().temp_size_in_bytes
-v, g = jax.jit(vg)(params, batch)
-v0, g0 = jax.jit(jax.value_and_grad(loss))(params, batch)
-err = max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-12))
-          for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)))
-print(json.dumps(dict(k=app.plan.microbatches, budget=app.budget_bytes, temp=temp,
-                      baseline=app.baseline_temp_bytes, err=err, pct=pct,
-                      recomputes=int(app.plan.compute_counts().max()))))
+print(json.dumps(measure(*remat.zoo.get("resnet18", batch_size=16, image_size=16, width=8,
+                                        stage_sizes=(1, 1, 1, 1)), 80 if old else 50)))
 """
 
 
