@@ -214,6 +214,10 @@ def apply_plan(
         if not rounds:
             compiled = step_temp(app)
         notes += compiled_notes(app, compiled, target, baseline, rounds)
+    if plan is None and app.plan is not None and app.plan.microbatches > 1:
+        why = app.plan.meta.get("microbatch_reason")
+        notes = [*notes, f"the policy chose {app.plan.microbatches} accumulated micro-batches"
+                 + (f": {why}" if why else "")]
     warns = list(app.warnings)
     for n in notes:
         if n.startswith("warning: "):

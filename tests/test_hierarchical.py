@@ -304,7 +304,7 @@ def measure(loss, params, batch, pct):
                 regions=len(app.plan.meta.get("regions", ())),
                 scans=len(app.plan.meta.get("scans", ())),
                 recomputes=int(app.plan.compute_counts().max()),
-                option_status=app.plan.meta.get("option_status"))
+                option_status=app.plan.meta.get("option_status"), notes=list(app.notes))
 """
 _COMPILED = _MEASURE + r"""
 print(json.dumps([dict(name=name, **measure(*build(), 50)) for name, build in (
@@ -432,6 +432,7 @@ def test_dropin_micro_batches_a_stack_whose_whole_batch_does_not_fit():
 
     r = run_json(_MICROBATCHED)
     assert r["semantics"] == "compiled" and r["k"] > 1, r
+    assert any(f"chose {r['k']} accumulated micro-batches" in n for n in r["notes"]), r
     assert r["temp"] <= 1.05 * r["budget"] and r["budget"] <= 0.4 * r["baseline"] + 1, r
     assert r["loop_temp"] == r["temp"], r
     assert r["err"] < 1e-5 and r["value_err"] < 1e-5, r
