@@ -124,6 +124,8 @@ class Hierarchical(BasePolicy):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidOptionError(f"hierarchical: {name} must be a positive int, got {v!r}")
+        if not isinstance(self.microbatch, bool):
+            raise InvalidOptionError(f"hierarchical: microbatch must be a bool, got {self.microbatch!r}")
         if not self.option_time_limit > 0:
             raise InvalidOptionError("hierarchical: option_time_limit must be > 0, got "
                                      f"{self.option_time_limit!r}")

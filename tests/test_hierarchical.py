@@ -226,7 +226,8 @@ def test_no_remat_budget_is_checkpoint_all_and_too_small_names_the_minimum():
 
 
 def test_bad_options_are_typed():
-    for opt in (dict(levels=0), dict(caps=-1), dict(rounds=True), dict(option_time_limit=0)):
+    for opt in (dict(levels=0), dict(caps=-1), dict(rounds=True), dict(option_time_limit=0),
+                dict(microbatch="yes")):
         with pytest.raises(InvalidOptionError):
             policies.get("hierarchical", **opt)
 
@@ -388,33 +389,34 @@ def test_a_batch_that_does_not_fit_is_micro_batched_unless_the_samples_interact(
 
     from remat.apply import planning_context
 
-    loss, ws, x = om.densenet(depth=4, width=16, batch=128)
-    g = remat.extract(loss, ws, x, stages="eqn")
-    ctx = planning_context(loss, (ws, x), g)
-    assert not ctx.batch_coupled and ctx.microbatch_counts()
-    pol = policies.Hierarchical(option_time_limit=SAFETY_S)
-    floor = pol.min_feasible_budget(g)  # the whole batch (no ctx)
-    b = int(0.8 * floor)
-    p = pol.plan(g, b, ctx=ctx)
-    k = p.microbatches
-    assert k > 1 and "micro-batches" in p.meta["microbatch_reason"]
-    assert replay(ctx.graph_at(k), p).peak_bytes <= b
-    for fewer in (j for j in ctx.microbatch_counts() if j < k):
-        with pytest.raises(InfeasibleBudgetError):
-            pol._solve_batch(ctx.graph_at(fewer), b)
-    for refuse, why in ((dataclasses.replace(ctx, batch_coupled=True), "BatchNorm"),
-                        (ctx, "disabled")):
-        q = pol if why == "BatchNorm" else dataclasses.replace(pol, microbatch=False)
-        with pytest.raises(InfeasibleBudgetError, match=why) as e:
-            q.plan(g, b, ctx=refuse)
-        assert e.value.min_feasible_bytes == floor
-    # a budget no micro-batch count meets names the one-sample floor, which plans
-    with pytest.raises(InfeasibleBudgetError) as e:
-        pol.plan(g, 64, ctx=ctx)
-    mf = int(e.value.min_feasible_bytes)
-    assert 64 < mf < floor
-    q = pol.plan(g, mf, ctx=ctx)
-    assert q.microbatches > k and replay(ctx.graph_at(q.microbatches), q).peak_bytes <= mf
+    with pinned_host_profile():  # the same costs (and options) on any machine
+        loss, ws, x = om.densenet(depth=4, width=16, batch=128)
+        g = remat.extract(loss, ws, x, stages="eqn")
+        ctx = planning_context(loss, (ws, x), g)
+        assert not ctx.batch_coupled and ctx.microbatch_counts()
+        pol = policies.Hierarchical(option_time_limit=SAFETY_S)
+        floor = pol.min_feasible_budget(g)  # the whole batch (no ctx)
+        b = int(0.8 * floor)
+        p = pol.plan(g, b, ctx=ctx)
+        k = p.microbatches
+        assert k > 1 and "micro-batches" in p.meta["microbatch_reason"]
+        assert replay(ctx.graph_at(k), p).peak_bytes <= b
+        for fewer in (j for j in ctx.microbatch_counts() if j < k):
+            with pytest.raises(InfeasibleBudgetError):
+                pol._solve_batch(ctx.graph_at(fewer), b)
+        for refuse, why in ((dataclasses.replace(ctx, batch_coupled=True), "BatchNorm"),
+                            (ctx, "disabled")):
+            q = pol if why == "BatchNorm" else dataclasses.replace(pol, microbatch=False)
+            with pytest.raises(InfeasibleBudgetError, match=why) as e:
+                q.plan(g, b, ctx=refuse)
+            assert e.value.min_feasible_bytes == floor
+        # a budget no micro-batch count meets names the one-sample floor, which plans
+        with pytest.raises(InfeasibleBudgetError) as e:
+            pol.plan(g, 64, ctx=ctx)
+        mf = int(e.value.min_feasible_bytes)
+        assert 64 < mf < floor
+        q = pol.plan(g, mf, ctx=ctx)
+        assert q.microbatches > k and replay(ctx.graph_at(q.microbatches), q).peak_bytes <= mf
 
 
 _MICROBATCHED = _MEASURE + r"""
@@ -456,6 +458,8 @@ def test_residuals_are_sized_as_what_a_region_saves():
     assert [v for v in grown if 4 * g.sizes[v] == r.sizes[v]]  # bool -> float32
     p = policies.Hierarchical(budget="70%").plan(g)
     assert p.meta["peak_bytes"] == replay(r, p).peak_bytes  # the plan is held to those sizes
+    with pytest.raises(remat.errors.InvalidGraphError):
+        region_saved_graph({"nodes": []})
 
 
 _BATCHNORM = _MEASURE + r"""

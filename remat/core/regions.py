@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from remat.core.errors import InvalidPlanError
+from remat.core.errors import InvalidGraphError, InvalidPlanError
+from remat.core.graph import Graph
 
 __all__ = ["CheckpointRegion", "check_regions", "region_saved_graph"]
 
@@ -66,7 +67,12 @@ def region_saved_graph(graph):
     (``remat.interpreter.replay_saves``): a mask kept costs its ``float32`` operand's bytes.
     The loss is the last forward node (extracted graphs).  Graphs without a program (no
     regions are applied to them) are returned unchanged.
+
+    Raises:
+      InvalidGraphError: ``graph`` is not a :class:`~remat.core.graph.Graph`.
     """
+    if not isinstance(graph, Graph):
+        raise InvalidGraphError(f"region_saved_graph needs a Graph, got {type(graph).__name__}")
     if graph.program is None:
         return graph
     bwd = graph.is_backward_array
