@@ -17,6 +17,7 @@ import numpy as np
 
 from remat._jax_compat import saved_residuals
 from remat.core.errors import InvalidPlanError, RematWarning, format_bytes
+from remat.core.regions import loss_ancestors
 from remat.core.scan_plan import aval_bytes
 from remat.frontend import Lit
 from remat.scans import scan_nodes
@@ -78,17 +79,10 @@ def predicted_residual_bytes(graph, plan, segs: tuple[Segment, ...] | None = Non
 
 
 def _residual_only(graph) -> set[int]:
-    """Forward nodes the loss (the last forward node) does not depend on: residuals of the
-    linearization, derived again in a region's backward from what it saves."""
-    bwd = graph.is_backward_array
-    fwd = np.flatnonzero(~bwd)
-    live, todo = set(), [int(fwd[-1])] if len(fwd) else []
-    while todo:
-        v = todo.pop()
-        if v not in live:
-            live.add(v)
-            todo.extend(p for p in graph.preds[v] if not bwd[p])
-    return {int(v) for v in fwd} - live
+    """Forward nodes the loss does not depend on: residuals of the linearization, derived again
+    in a region's backward from what it saves."""
+    fwd = np.flatnonzero(~graph.is_backward_array)
+    return {int(v) for v in fwd} - loss_ancestors(graph)
 
 
 def _region_residual_bytes(graph, segs) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 from remat.core.errors import InvalidGraphError, InvalidPlanError
 from remat.core.graph import Graph
 
-__all__ = ["CheckpointRegion", "check_regions", "region_saved_graph"]
+__all__ = ["CheckpointRegion", "check_regions", "loss_ancestors", "region_saved_graph"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,21 @@ def check_regions(regions: Sequence[CheckpointRegion], n_fwd: int, lo: int = 0,
         prev = r.stop
 
 
+def loss_ancestors(graph) -> set[int]:
+    """The forward nodes the loss depends on, the loss (the last forward node) included; the
+    other forward nodes are residuals of the linearization, read only by the backward."""
+    bwd = graph.is_backward_array
+    fwd = np.flatnonzero(~bwd)
+    live: set[int] = set()
+    todo = [int(fwd[-1])] if len(fwd) else []
+    while todo:
+        v = todo.pop()
+        if v not in live:
+            live.add(v)
+            todo.extend(p for p in graph.preds[v] if not bwd[p])
+    return live
+
+
 def region_saved_graph(graph):
     """``graph`` with each forward node the loss does not depend on sized as what a checkpoint
     region saves to keep it (at least its own bytes).
@@ -80,12 +95,7 @@ def region_saved_graph(graph):
     if not len(fwd):
         return graph
     preds, sizes = graph.preds, graph.sizes
-    live, todo = set(), [int(fwd[-1])]
-    while todo:
-        v = todo.pop()
-        if v not in live:
-            live.add(v)
-            todo.extend(p for p in preds[v] if not bwd[p])
+    live = loss_ancestors(graph)
     swap: dict[int, frozenset] = {}
     nodes = list(graph.nodes)
     for v in (int(u) for u in fwd):  # topological: a node's preds are swapped first
