@@ -79,6 +79,7 @@ from remat.frontend import (
 )
 from remat.scans import analyse_scan, unroll_scans
 from remat.stages import AUTO_MAX_STAGES, dependence, eqn_class, group_forward, group_keys, runs
+from remat.workspace import eqn_workspace_bytes
 
 __all__ = ["extract", "scope_of", "Program", "LeafEqn", "Lit", "group_keys", "AUTO_MAX_STAGES"]
 
@@ -388,7 +389,9 @@ def extract(
 
     Returns:
       A :class:`remat.Graph` whose ``program`` is a :class:`Program`.  ``graph.meta`` holds
-      ``node_primitives`` (per node, the primitive names of its equations), ``stages``,
+      ``node_primitives`` (per node, the primitive names of its equations),
+      ``workspace_bytes`` (per node, the largest scratch allocation of its equations while they
+      run on this backend, :mod:`remat.workspace`), ``stages``,
       ``stage_mode`` (``module``/``layer``/``contraction``/``eqn``), ``argnums``, ``batch_size``
       (or ``None``), ``loss_nodes``, ``n_eqns``, ``notes`` and ``unknown_primitives`` (sorted
       names of primitives costed by :mod:`remat.flops`' fallback rule; empty when none, else a
@@ -588,8 +591,12 @@ def extract(
                                  [fwd.arg_ids[i] for i in np.flatnonzero(diff)])
     if any(e.name == "while" for e in eqns):
         notes.append("while loops: FLOPs count one iteration of cond + body (trip count unknown)")
+    backend = jax.default_backend()
+    ews = [eqn_workspace_bytes(e.jaxpr_eqn, backend) if e.jaxpr_eqn is not None else 0
+           for e in eqns]
     meta = {
         "node_primitives": tuple(tuple(eqns[j].name for j in s.eqns) for s in st),
+        "workspace_bytes": tuple(max((ews[j] for j in s.eqns), default=0) for s in st),
         "stages": stages,
         "stage_mode": mode,
         "argnums": argnums,

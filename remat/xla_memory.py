@@ -42,7 +42,8 @@ buffer-assignment dumps (``--xla_dump_to``):
    reads it (directly or through fused values); an elementwise fusion or a scatter writes its
    output into an operand of the same size that dies there (in place; a gradient written in
    place holds its operand in the gradient's allocation from the operand's start).  A loop adds its
-   body's own peak at the loop instruction.
+   body's own peak at the loop instruction, and an instruction with scratch memory
+   (:mod:`remat.workspace`: a grouped convolution's weight gradient) its scratch bytes.
 5. **Buffer assignment.**  As XLA's ``BufferAssigner``: each output (the loss, every gradient)
    has its own allocation, outside temp; a temporary that fits in an output's allocation and
    whose life does not overlap the output's (or the other temporaries' already there) goes
@@ -81,6 +82,7 @@ from remat.flops import ELEMENTWISE
 from remat.frontend import INLINE_ALL, batch_size, is_transpose
 from remat.interpreter import plan_function
 from remat.microbatch import microbatch
+from remat.workspace import eqn_workspace_bytes
 
 __all__ = ["predict_temp_bytes", "predict_step_temp_bytes", "temp_breakdown", "TempReport",
            "Rules", "RULES", "xnnpack_reductions"]
@@ -570,6 +572,9 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
     temps = [(start[b], end[b] if b not in outbufs else 2 * T, size[b], b in outbufs, b)
              for b in start if size[b] > 0]
     temps += [(2 * pos[j], 2 * pos[j], int(x), False, None) for j, x in loops.items() if x > 0]
+    backend = jax.default_backend()
+    work = {j: eqn_workspace_bytes(ops[j].eqn, backend) for j in ex if ops[j].eqn is not None}
+    temps += [(2 * pos[j], 2 * pos[j], int(x), False, None) for j, x in work.items() if x > 0]
     if not top:
         live = _live_peak([(s, e, z) for s, e, z, o, _ in temps if not o])
         return live

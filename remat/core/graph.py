@@ -117,6 +117,15 @@ class Graph:
         return np.array([v.out_bytes for v in self.nodes], dtype=np.int64)
 
     @cached_property
+    def workspace(self) -> np.ndarray:
+        """``int64[n]`` scratch bytes a node allocates while it runs, beyond its inputs and
+        outputs (``meta["workspace_bytes"]``, set by :func:`remat.extract`; zeros without it)."""
+        ws = self.meta.get("workspace_bytes") if isinstance(self.meta, Mapping) else None
+        if ws is None or len(ws) != len(self.nodes):
+            return np.zeros(len(self.nodes), dtype=np.int64)
+        return np.asarray(ws, dtype=np.int64)
+
+    @cached_property
     def costs(self) -> np.ndarray:
         """``float64[n]`` compute cost per node (``time_s``)."""
         return np.array([v.time_s for v in self.nodes], dtype=np.float64)

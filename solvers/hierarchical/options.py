@@ -10,7 +10,8 @@ the block input ``a_{b-1}`` and pinned values, with the ancestors that need (Che
 * ``recompute``: the compute cost of the recomputed nodes (the graph's ``time_s``; FLOPs too);
 * ``bwd_transient``: the peak bytes of the block's backward beyond ``K``: recomputed values,
   the incoming and outgoing cotangents and the backward's own values, each freed after its last
-  reader in the block;
+  reader in the block, and each node's scratch while it runs (``graph.workspace``: XLA:CPU's
+  dense expansion of a depthwise convolution's weight gradient);
 * ``fwd_transient``: the peak bytes of the block's forward beyond its input, ``K`` held to its end;
 * ``bwd_kept``: the bytes of ``K`` its backward still reads (``a_b`` only when read there: the
   next block consumes it otherwise);
@@ -106,7 +107,8 @@ def _recompute_set(graph: Graph, block: Block, keep: set[int], avail_out: set[in
 
 def _transient(graph: Graph, seq: list[int], start_live: dict[int, int], stay: set[int]) -> int:
     """Peak bytes of running ``seq`` in order from ``start_live``: each value freed after its
-    last reader in ``seq``, except those in ``stay``."""
+    last reader in ``seq``, except those in ``stay``; a node's workspace (``graph.workspace``)
+    counts while it runs."""
     pos = {v: i for i, v in enumerate(seq)}
     sizes = graph.sizes
     succs = graph.succs
@@ -118,9 +120,10 @@ def _transient(graph: Graph, seq: list[int], start_live: dict[int, int], stay: s
         free_at.setdefault(max(readers) if readers else pos.get(v, 0), []).append(v)
     live = sum(start_live.values())
     peak = live
+    work = graph.workspace
     for i, v in enumerate(seq):
         live += int(sizes[v])
-        peak = max(peak, live)
+        peak = max(peak, live + int(work[v]))
         for u in free_at.get(i, ()):
             live -= int(sizes[u]) if u in pos else start_live[u]
     return int(peak)
