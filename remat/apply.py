@@ -75,6 +75,8 @@ from remat.microbatch import microbatch, microbatch_args
 from remat.offload import plan_offload
 from remat.planning import execute_microbatched, make_plan, planning_context, resolve_policy
 from remat.segments import Segment, plan_segments
+from remat.sharded_memory import predict_sharded_temp_bytes
+from remat.xla_memory import predict_temp_bytes
 
 __all__ = [
     "value_and_grad",
@@ -204,7 +206,8 @@ def apply_plan(
         result = fit(plan_at, step_temp,
                      target, first_budget=first, recomputes=recomputes,
                      policy_name=repr(getattr(pol, "name", type(pol).__name__)),
-                     max_compiles=max_compiles)
+                     max_compiles=max_compiles,
+                     predict_of=_predictor(graph, abstract, baseline, sharded))
         app, rounds, compiled = result.applied, result.rounds, result.compiled_temp
     else:
         spec = None if semantics == "compiled" else (
@@ -230,6 +233,29 @@ def apply_plan(
         app, plan_time_s=time.perf_counter() - t0, notes=app.notes + tuple(notes),
         warnings=tuple(warns), budget_semantics=semantics, budget_bytes=target,
         baseline_temp_bytes=baseline, compiled_temp_bytes=compiled, rounds=tuple(rounds))
+
+
+def _predictor(graph, abstract, baseline: int, sharded: bool):
+    """An applied plan's predicted compiled temp (:mod:`remat.xla_memory`, per device for a
+    sharded step: :mod:`remat.sharded_memory`) times the no-remat step's compiled over
+    predicted temp; ``None`` where the model does not predict this program."""
+    def raw(g, plan, fn=None, args=None):
+        if sharded:
+            return predict_sharded_temp_bytes(g, plan, args, fn=fn)
+        return predict_temp_bytes(g, plan, fn=fn)
+
+    try:
+        base = int(raw(graph, None, args=abstract))
+    except RematError:
+        return None
+    if base <= 0:
+        return None
+    ratio = baseline / base
+
+    def predict_of(a) -> int:
+        return int(ratio * raw(a.graph, a.plan, fn=a.fn, args=a.abstract_args))
+
+    return predict_of
 
 
 def _realise(graph, plan, abstract, *, has_aux) -> Applied:

@@ -7,7 +7,10 @@ values away or buffers gradients its own way (3-6x on GPU transformers), so :fun
 closes the loop: with ``T`` the user's budget in compiled bytes,
 
 1. plan under the internal budget ``b_0 = T * peak_model / temp_no_remat`` (the ratio of the
-   modelled to the compiled no-remat step);
+   modelled to the compiled no-remat step); with a predictor (the drop-in's: XLA's temp
+   predicted by :mod:`remat.xla_memory`, calibrated by the no-remat step's compiled over
+   predicted temp), first step the same way on up to ``MAX_PREDICTIONS`` predicted temps,
+   compiling nothing, and start from the largest internal budget predicted to fit;
 2. lower and compile the applied plan ahead of time (nothing runs), read its temp ``t_k``;
 3. keep the best round with ``t_k <= T (1 + tol)``; stop when it uses at least
    ``ACCEPT * T`` or recomputes nothing; otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio,
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from remat.core.budget import Modelled, resolve_against
-from remat.core.errors import InfeasibleBudgetError, format_bytes
+from remat.core.errors import InfeasibleBudgetError, RematError, format_bytes
 
 __all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_compiled", "step_temp_bytes",
            "keeps_checkpoint", "plan_key", "fit"]
@@ -53,6 +56,9 @@ ACCEPT = 0.9
 """The loop stops at a fitting round that uses at least this fraction of the budget."""
 MAX_COMPILES = 4
 """Compiles of distinct plans per fit (the no-remat baseline not counted)."""
+MAX_PREDICTIONS = 4
+"""Predictions (no compile) per fit that choose its first internal budget, when it has a
+predictor."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Round:
         internal budget (``note`` says why).
       reused: the plan equals an earlier round's, whose compiled figure is reused (no compile).
       note: the policy's typed error at this budget, if any.
+      predicted_temp: a round of the predicted search (``compiled_temp`` ``None``): the
+        calibrated predicted temp of the plan, bytes (nothing compiled).
     """
 
     internal_budget: int
@@ -73,6 +81,7 @@ class Round:
     compiled_temp: int | None
     reused: bool = False
     note: str = ""
+    predicted_temp: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,10 +155,52 @@ def plan_key(app) -> bytes:
     return key
 
 
+def _predicted_start(plan_at, predict_of, target: int, first_budget: int, accept: float,
+                     max_predictions: int, rounds: list) -> int:
+    """The internal budget to compile first: the largest of up to ``max_predictions`` tried
+    (the same ratio steps as the compiled loop) whose plan's predicted temp is within
+    ``target``, else ``first_budget``; each try is recorded in ``rounds``."""
+    lo, hi = 0, math.inf
+    b, best = max(int(first_budget), 0), None
+    tried_min = False
+    for _ in range(2 * max_predictions):
+        if sum(r.predicted_temp is not None for r in rounds) >= max_predictions:
+            break
+        try:
+            app = plan_at(b)
+        except InfeasibleBudgetError as e:
+            rounds.append(Round(b, None, None, note=str(e)))
+            if tried_min or not e.min_feasible_bytes > b or not math.isfinite(e.min_feasible_bytes):
+                break
+            b, tried_min = int(math.ceil(e.min_feasible_bytes)), True
+            continue
+        try:
+            p = int(predict_of(app))
+        except RematError as e:  # the model does not predict this plan: compile from here
+            rounds.append(Round(b, app.plan.meta.get("peak_bytes"), None,
+                                note=f"not predicted: {e}"))
+            break
+        rounds.append(Round(b, app.plan.meta.get("peak_bytes"), None, predicted_temp=p))
+        if p <= target:
+            lo, best = max(lo, b), max(b, best or 0)
+            if p >= accept * target or not recomputes(app):
+                break
+        else:
+            hi = min(hi, b)
+        nxt = int(b * target / max(p, 1))
+        if not lo < nxt < hi:
+            nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
+        if nxt == b:
+            break
+        b = nxt
+    return int(first_budget) if best is None else best
+
+
 def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: int, *,
         first_budget: int, recomputes: Callable[[Any], bool], policy_name: str = "the policy",
         max_compiles: int = MAX_COMPILES, tolerance: float = TOLERANCE,
-        accept: float = ACCEPT) -> Fit:
+        accept: float = ACCEPT, predict_of: Callable[[Any], int] | None = None,
+        max_predictions: int = MAX_PREDICTIONS) -> Fit:
     """The closed loop (module docstring).
 
     Args:
@@ -161,6 +212,10 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
       first_budget: ``b_0``, modelled bytes.
       recomputes: whether an applied plan recomputes anything (a fitting plan that does not
         needs no larger budget).
+      predict_of: an applied plan's predicted compiled temp, bytes, without compiling (a
+        calibrated :func:`remat.xla_memory.predict_temp_bytes`); when given, up to
+        ``max_predictions`` plans are predicted first and the loop compiles from the largest
+        internal budget predicted to fit (every plan it returns is still compiled).
 
     Raises:
       InfeasibleBudgetError: no plan compiled within ``T (1 + tolerance)``; ``min_feasible_bytes``
@@ -174,6 +229,16 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
     compiles = 0
     tried_min = False
     b = max(int(first_budget), 0)
+    if predict_of is not None and max_predictions > 0:
+        made: dict[int, Any] = {}
+        plan_once = plan_at
+
+        def plan_at(b_, _plan=plan_once, _made=made):  # the predicted search's plans are reused
+            if b_ not in _made:
+                _made[b_] = _plan(b_)
+            return _made[b_]
+
+        b = _predicted_start(plan_at, predict_of, target, b, accept, max_predictions, rounds)
     for _ in range(3 * max_compiles + 2):  # planning refusals cost no compile
         try:
             app = plan_at(b)
