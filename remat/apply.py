@@ -207,7 +207,8 @@ def apply_plan(
                      target, first_budget=first, recomputes=recomputes,
                      policy_name=repr(getattr(pol, "name", type(pol).__name__)),
                      max_compiles=max_compiles,
-                     predict_of=_predictor(graph, abstract, baseline, sharded))
+                     predict_of=_predictor(graph, abstract, baseline, sharded),
+                     cost_of=_modelled_cost)
         app, rounds, compiled = result.applied, result.rounds, result.compiled_temp
     else:
         spec = None if semantics == "compiled" else (
@@ -233,6 +234,13 @@ def apply_plan(
         app, plan_time_s=time.perf_counter() - t0, notes=app.notes + tuple(notes),
         warnings=tuple(warns), budget_semantics=semantics, budget_bytes=target,
         baseline_temp_bytes=baseline, compiled_temp_bytes=compiled, rounds=tuple(rounds))
+
+
+def _modelled_cost(a) -> float:
+    """The plan's modelled compute cost over the whole batch (``meta["compute_cost"]``, per
+    micro-batch, times the micro-batches); ``inf`` when the policy reported none."""
+    c = a.plan.meta.get("compute_cost")
+    return math.inf if c is None else float(c) * int(a.plan.microbatches)
 
 
 def _predictor(graph, abstract, baseline: int, sharded: bool):

@@ -12,7 +12,8 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    predicted temp), first step the same way on up to ``MAX_PREDICTIONS`` predicted temps,
    compiling nothing, and start from the largest internal budget predicted to fit;
 2. lower and compile the applied plan ahead of time (nothing runs), read its temp ``t_k``;
-3. keep the best round with ``t_k <= T (1 + tol)``; stop when it uses at least
+3. keep the best round with ``t_k <= T (1 + tol)`` (least modelled compute cost where the
+   caller gives costs, as the drop-in does; else the largest temp); stop when one uses at least
    ``ACCEPT * T`` or recomputes nothing; otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio,
    kept inside the bracket of internal budgets known to fit / not to fit; their geometric mean
    when it falls outside);
@@ -155,8 +156,8 @@ def plan_key(app) -> bytes:
     return key
 
 
-def _predicted_start(plan_at, predict_of, target: int, first_budget: int, accept: float,
-                     max_predictions: int, rounds: list) -> int:
+def _predicted_start(plan_at, predict_of, recomputes_of, target: int, first_budget: int,
+                     accept: float, max_predictions: int, rounds: list) -> int:
     """The internal budget to compile first: the largest of up to ``max_predictions`` tried
     (the same ratio steps as the compiled loop) whose plan's predicted temp is within
     ``target``, else ``first_budget``; each try is recorded in ``rounds``."""
@@ -183,7 +184,7 @@ def _predicted_start(plan_at, predict_of, target: int, first_budget: int, accept
         rounds.append(Round(b, app.plan.meta.get("peak_bytes"), None, predicted_temp=p))
         if p <= target:
             lo, best = max(lo, b), max(b, best or 0)
-            if p >= accept * target or not recomputes(app):
+            if p >= accept * target or not recomputes_of(app):
                 break
         else:
             hi = min(hi, b)
@@ -200,7 +201,8 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
         first_budget: int, recomputes: Callable[[Any], bool], policy_name: str = "the policy",
         max_compiles: int = MAX_COMPILES, tolerance: float = TOLERANCE,
         accept: float = ACCEPT, predict_of: Callable[[Any], int] | None = None,
-        max_predictions: int = MAX_PREDICTIONS) -> Fit:
+        max_predictions: int = MAX_PREDICTIONS,
+        cost_of: Callable[[Any], float] | None = None) -> Fit:
     """The closed loop (module docstring).
 
     Args:
@@ -216,6 +218,10 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
         calibrated :func:`remat.xla_memory.predict_temp_bytes`); when given, up to
         ``max_predictions`` plans are predicted first and the loop compiles from the largest
         internal budget predicted to fit (every plan it returns is still compiled).
+      cost_of: an applied plan's modelled compute cost; when given, the loop returns the
+        fitting round of least cost (then the largest temp), else the fitting round of the
+        largest temp.  A plan that keeps more may compile smaller than one that recomputes
+        (XLA drops what a kept stage does not need); its cost says it is the better plan.
 
     Raises:
       InfeasibleBudgetError: no plan compiled within ``T (1 + tolerance)``; ``min_feasible_bytes``
@@ -225,6 +231,16 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
     rounds: list[Round] = []
     seen: dict[bytes, int] = {}
     best, best_t = None, -1
+
+    def better(app, t) -> bool:
+        if best is None:
+            return True
+        if cost_of is not None:
+            c, cb = cost_of(app), cost_of(best)
+            if c != cb:
+                return c < cb
+        return t > best_t
+
     lo, hi = 0, math.inf  # internal budgets known to fit / not to fit
     compiles = 0
     tried_min = False
@@ -238,7 +254,8 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 _made[b_] = _plan(b_)
             return _made[b_]
 
-        b = _predicted_start(plan_at, predict_of, target, b, accept, max_predictions, rounds)
+        b = _predicted_start(plan_at, predict_of, recomputes, target, b, accept, max_predictions,
+                             rounds)
     for _ in range(3 * max_compiles + 2):  # planning refusals cost no compile
         try:
             app = plan_at(b)
@@ -262,7 +279,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
             rounds.append(Round(b, peak, t))
         if t <= limit:
             lo = max(lo, b)
-            if t > best_t:
+            if better(app, t):
                 best, best_t = app, t
             if t >= accept * target or not recomputes(app):
                 break

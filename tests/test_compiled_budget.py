@@ -111,6 +111,47 @@ def test_loop_stops_at_a_fitting_plan_that_recomputes_nothing():
     assert calls["compile"] == 1 and res.compiled_temp == 10
 
 
+def test_predictions_choose_where_the_loop_starts_compiling():
+    """A predictor that is right puts the first compile at a fitting plan using the budget:
+    one compile where the ratio steps from a 4x over-count took more."""
+    compiled = lambda level: level // 4 + 50  # noqa: E731
+    plan_at, temp_of, calls = _world(400, compiled)
+    ref = fit(plan_at, temp_of, 1000, first_budget=1000, recomputes=lambda a: True)
+    plan_at, temp_of, calls = _world(400, compiled)
+    res = fit(plan_at, temp_of, 1000, first_budget=1000, recomputes=lambda a: True,
+              predict_of=lambda a: compiled(a.plan.meta["level"]))
+    assert ref.compiles >= 2 and res.compiles == calls["compile"] == 1
+    assert 900 <= res.compiled_temp <= 1000
+    predicted = [r for r in res.rounds if r.predicted_temp is not None]
+    assert 1 <= len(predicted) <= 4 and all(r.compiled_temp is None for r in predicted)
+
+
+def test_a_wrong_prediction_is_corrected_by_the_compiles():
+    """Predictions 3x under the compiled temp start the loop too high; what it returns is
+    still a compiled plan within the budget."""
+    plan_at, temp_of, _ = _world(400, lambda level: 3 * level)
+    res = fit(plan_at, temp_of, 6000, first_budget=6000, recomputes=lambda a: True,
+              predict_of=lambda a: a.plan.meta["level"])
+    assert res.compiled_temp <= 6000 * 1.05
+    assert any(r.compiled_temp is not None and r.compiled_temp > 6000 * 1.05 for r in res.rounds)
+
+
+def test_with_costs_the_loop_returns_the_cheapest_fitting_plan():
+    """Compiled temp falls past a level (XLA drops what a kept stage does not need) while the
+    cost keeps falling: by temp the loop returns the plan below it, by cost the one above."""
+    compiled = {0: 300, 2000: 900, 3000: 700}.get
+    cost = lambda a: 10_000 - a.plan.meta["level"]  # noqa: E731
+    runs = {}
+    for name, kw in (("temp", {}), ("cost", {"cost_of": cost})):
+        plan_at, temp_of, _ = _world(0, compiled, levels=(0, 2000, 3000))
+        # 900 fits but leaves 10% unused: the loop steps up until ACCEPT or its compiles run out
+        runs[name] = fit(plan_at, temp_of, 1000, first_budget=2000, recomputes=lambda a: True,
+                         accept=0.99, **kw)
+    assert runs["temp"].compiled_temp == 900
+    assert runs["cost"].compiled_temp == 700
+    assert cost(runs["cost"].applied) < cost(runs["temp"].applied)
+
+
 # --------------------------------------------------------------------------- in-process semantics
 def test_semantics_follow_what_the_compiler_keeps():
     """Without the flag, XLA:CPU on older JAX undoes ``jax.checkpoint``: the budget then falls
