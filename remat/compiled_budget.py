@@ -156,6 +156,15 @@ def plan_key(app) -> bytes:
     return key
 
 
+def _next_budget(b: int, target: int, temp: int, lo: int, hi: float) -> int:
+    """``b * target / temp`` (the local ratio), or, outside the bracket ``(lo, hi)`` of internal
+    budgets known to fit / not to fit, its geometric mean (twice ``b`` while ``hi`` is open)."""
+    nxt = int(b * target / max(temp, 1))
+    if not lo < nxt < hi:
+        nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
+    return nxt
+
+
 def _predicted_start(plan_at, predict_of, recomputes_of, target: int, first_budget: int,
                      accept: float, max_predictions: int, rounds: list) -> int:
     """The internal budget to compile first: the largest of up to ``max_predictions`` tried
@@ -188,9 +197,7 @@ def _predicted_start(plan_at, predict_of, recomputes_of, target: int, first_budg
                 break
         else:
             hi = min(hi, b)
-        nxt = int(b * target / max(p, 1))
-        if not lo < nxt < hi:
-            nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
+        nxt = _next_budget(b, target, p, lo, hi)
         if nxt == b:
             break
         b = nxt
@@ -285,9 +292,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 break
         else:
             hi = min(hi, b)
-        nxt = int(b * target / max(t, 1))
-        if not lo < nxt < hi:
-            nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
+        nxt = _next_budget(b, target, t, lo, hi)
         if nxt == b or (rounds[-1].reused and nxt in {r.internal_budget for r in rounds}):
             if best is not None or tried_min:
                 break
