@@ -53,7 +53,7 @@ FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
 """The ``XLA_FLAGS`` value that keeps ``jax.checkpoint`` on XLA:CPU (set before JAX starts)."""
 TOLERANCE = 0.05
 """A round fits when its compiled temp is at most the budget times ``1 + TOLERANCE``."""
-ACCEPT = 0.9
+ACCEPT = 0.95
 """The loop stops at a fitting round that uses at least this fraction of the budget."""
 MAX_COMPILES = 4
 """Compiles of distinct plans per fit (the no-remat baseline not counted)."""
