@@ -146,11 +146,17 @@ def keeps_checkpoint(platform: str | None = None) -> bool:
 
 
 def plan_key(app) -> bytes:
-    """What makes two applied plans compile alike: ``R``, the micro-batches and, where the step
-    offloads paged values (``app.offloaded_bytes``), ``page_out``; plans differing in paging
-    alone compile alike where paging is kept on the device."""
+    """What makes two applied plans compile alike: ``R``, the micro-batches, the checkpoint
+    regions (``meta["regions"]``), the scan decisions (``meta["scans"]``), segment trimming
+    and, where the step offloads paged values (``app.offloaded_bytes``), ``page_out``; plans
+    differing in paging alone compile alike where paging is kept on the device."""
     plan = app.plan
-    key = np.asarray(plan.R).tobytes() + bytes(str(plan.microbatches), "ascii")
+    meta = plan.meta
+    scans = tuple((d.leaf, tuple(sorted(d.saved)), d.group)
+                  for d in (getattr(plan, "scans", None) or meta.get("scans") or ()))
+    applied_as = (meta.get("regions") or (), scans, meta.get("trim_segments"))
+    key = (np.asarray(plan.R).tobytes() + bytes(str(plan.microbatches), "ascii")
+           + repr(applied_as).encode())
     if getattr(app, "offloaded_bytes", 0) and getattr(plan, "page_out", None) is not None:
         key += b"page_out" + np.asarray(plan.page_out).tobytes()
     return key

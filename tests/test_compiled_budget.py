@@ -152,6 +152,26 @@ def test_with_costs_the_loop_returns_the_cheapest_fitting_plan():
     assert cost(runs["cost"].applied) < cost(runs["temp"].applied)
 
 
+def test_plans_with_the_same_runs_but_other_scan_decisions_or_regions_are_compiled_apart():
+    """The applied step depends on a plan's scan decisions and checkpoint regions, not only on
+    ``R``: a plan met again is one with all of them equal (a reused compiled figure of another
+    step once returned a scanned transformer's plan at 1.27x its budget)."""
+    from remat.compiled_budget import plan_key
+    from remat.core.regions import CheckpointRegion
+    from remat.core.scan_plan import ScanDecision
+
+    R = np.ones((1, 4), bool)
+    key = lambda meta: plan_key(_App(_Plan(R, meta)))  # noqa: E731
+    assert key({}) == key({"peak_bytes": 1})
+    assert key({"scans": (ScanDecision(3, frozenset({1})),)}) != key(
+        {"scans": (ScanDecision(3, frozenset({2})),)})
+    assert key({"scans": (ScanDecision(3, frozenset({1, 2})),)}) == key(
+        {"scans": (ScanDecision(3, frozenset({2, 1})),)})
+    assert key({"regions": (CheckpointRegion(0, 2, (1,)),)}) != key(
+        {"regions": (CheckpointRegion(0, 2, ()),)})
+    assert key({}) != key({"trim_segments": False})
+
+
 # --------------------------------------------------------------------------- in-process semantics
 def test_semantics_follow_what_the_compiler_keeps():
     """Without the flag, XLA:CPU on older JAX undoes ``jax.checkpoint``: the budget then falls
