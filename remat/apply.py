@@ -207,8 +207,7 @@ def apply_plan(
                      target, first_budget=first, recomputes=recomputes,
                      policy_name=repr(getattr(pol, "name", type(pol).__name__)),
                      max_compiles=max_compiles,
-                     predict_of=_predictor(graph, abstract, baseline, sharded,
-                                           _realise(graph, None, abstract, has_aux=has_aux).fn),
+                     predict_of=_predictor(graph, abstract, baseline, sharded),
                      cost_of=_modelled_cost)
         app, rounds, compiled = result.applied, result.rounds, result.compiled_temp
     else:
@@ -244,20 +243,20 @@ def _modelled_cost(a) -> float:
     return math.inf if c is None else float(c) * int(a.plan.microbatches)
 
 
-def _predictor(graph, abstract, baseline: int, sharded: bool, base_fn):
+def _predictor(graph, abstract, baseline: int, sharded: bool):
     """An applied plan's predicted compiled temp (:mod:`remat.xla_memory`, per device for a
     sharded step: :mod:`remat.sharded_memory`) times the no-remat step's compiled over
-    predicted temp; ``None`` where the model does not predict this program.  ``base_fn`` is
-    the no-remat step's function as the drop-in replays it (the user's function may mutate
-    state when traced again: a Flax nnx module's batch statistics)."""
+    predicted temp; ``None`` where the model does not predict this program, or where tracing
+    the user's function again fails (a Flax nnx module's function mutates its batch statistics:
+    ``TraceContextError``); the loop then compiles from its ratio's first budget."""
     def raw(g, plan, fn=None, args=None):
         if sharded:
             return predict_sharded_temp_bytes(g, plan, args, fn=fn)
         return predict_temp_bytes(g, plan, fn=fn)
 
     try:
-        base = int(raw(graph, None, fn=base_fn, args=abstract))
-    except RematError:
+        base = int(raw(graph, None, args=abstract))
+    except Exception:  # noqa: BLE001 - predictions only choose where the compiles start
         return None
     if base <= 0:
         return None
