@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from remat.core.errors import ExtractionError
+
 __all__ = ["eqn_workspace_bytes"]
 
 
@@ -28,7 +30,13 @@ def _nbytes(aval) -> int:
 
 def eqn_workspace_bytes(eqn: Any, backend: str = "cpu") -> int:
     """Workspace bytes of ``eqn`` (a ``JaxprEqn``, or anything with ``primitive``, ``params``
-    and ``outvars``) on ``backend`` (see the module docstring)."""
+    and ``outvars``) on ``backend`` (see the module docstring).
+
+    Raises:
+      ExtractionError: ``eqn`` is not an equation.
+    """
+    if not all(hasattr(eqn, a) for a in ("primitive", "params", "outvars")):
+        raise ExtractionError(f"eqn_workspace_bytes needs a jaxpr equation, got {type(eqn).__name__}")
     if backend != "cpu" or eqn.primitive.name != "conv_general_dilated":
         return 0
     g = int(eqn.params.get("batch_group_count", 1) or 1)

@@ -49,6 +49,10 @@ def test_only_batch_grouped_convolutions_on_the_cpu_have_one():
     assert [eqn_workspace_bytes(e) > 0 for e in eqns] == [
         int(e.params["batch_group_count"]) > 1 for e in eqns]
     assert all(eqn_workspace_bytes(e, "gpu") == 0 for e in eqns)
+    from remat.core.errors import ExtractionError
+
+    with pytest.raises(ExtractionError):
+        eqn_workspace_bytes("conv_general_dilated")
 
 
 def test_extraction_puts_it_on_the_weight_gradient_node_only():
