@@ -216,6 +216,40 @@ RESULTS: tuple[Result, ...] = (
            "results/hierarchical",
            "The drop-in at '50%' with three policies on the models hierarchical refuses: a fit, "
            f"or the refusal's smallest compiled temp ({_CPU})."),
+    Result("gpu_hierarchical_h200.csv", "Hierarchical on one H200: step time at 10-50 %",
+           "# on the H200, in one command (experiments/gpu_bench_run.sh three times):\n"
+           "export XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc\n"
+           "OUT=$OUT/scan TOTAL_S=150 DEADLINE_S=135 bash experiments/gpu_bench_run.sh "
+           "--models flax_scan --policies hierarchical,scan_layers@25 --budgets 10,12,25,43 "
+           "--builtins dots_saveable,dots_with_no_batch_dims_saveable,nothing_saveable,"
+           "offload_dot_with_no_batch_dims\n"
+           "OUT=$OUT/tf TOTAL_S=160 DEADLINE_S=145 bash experiments/gpu_bench_run.sh "
+           "--models transformer --policies hierarchical --budgets 25,50 "
+           "--builtins dots_with_no_batch_dims_saveable,nothing_saveable\n"
+           "OUT=$OUT/gpt2 TOTAL_S=250 DEADLINE_S=235 bash experiments/gpu_bench_run.sh "
+           "--models gpt2_small --policies hierarchical --budgets 25,50 "
+           "--builtins dots_with_no_batch_dims_saveable\n"
+           "# here: the three gpu_benchmark.csv files concatenated (scan, tf, gpt2), one header",
+           "results/hierarchical",
+           "jax 0.11.2, flax 0.12.10 on one H200 (driver 580.159.04): the drop-in "
+           "`remat.value_and_grad(loss, 'hierarchical', budget='B%')` at full size against "
+           "jax.value_and_grad and JAX's built-in policies per block. Budgets are shares of the "
+           "compiled no-remat step's temp (the compiled-budget loop). The autotune cache only "
+           "shortens compiles; the deadline skipped 2 configurations."),
+    Result("gpu_hand_policies_h200.csv", "Hand-written save policies on one H200 at 50 %",
+           "# on the H200 (a second machine of the same kind), in one command:\n"
+           "export XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc\n"
+           "OUT=$OUT/tf TOTAL_S=150 DEADLINE_S=135 bash experiments/gpu_bench_run.sh "
+           "--models transformer --policies hierarchical@50 --builtins "
+           "dots_with_no_batch_dims_saveable,dots_no_batch_and_softmax,dots_saveable\n"
+           "OUT=$OUT/gpt2 TOTAL_S=160 DEADLINE_S=145 bash experiments/gpu_bench_run.sh "
+           "--models gpt2_small --policies '' --builtins dots_no_batch_and_softmax,dots_saveable\n"
+           "# here: the two gpu_benchmark.csv files concatenated (tf, gpt2), one header",
+           "results/hierarchical",
+           "As gpu_hierarchical_h200.csv, on another H200 machine: is there a plan near 50 % of "
+           "the no-remat temp at +5 % step time? `dots_no_batch_and_softmax` "
+           "(experiments/gpu_benchmark.py) keeps every matmul without batch dimensions and the "
+           "attention probabilities, so the backward recomputes only elementwise work."),
     Result("sharded_budget.csv", "Sharded steps: per-device budgets",
            "python -m experiments.sharded_budget",
            "results/sharded",
@@ -542,6 +576,19 @@ VIEWS: tuple[View, ...] = (
         ("error", "error", _short)],
         where=lambda r: r["status"] != "skipped", note=lambda rows: _status_counts(rows)
         + " Rows `skipped` (the deadline, or no per-block hook) are left out here."),
+    csv_view("gpu_hierarchical", "gpu_hierarchical_h200.csv", [
+        ("model", "model"), ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
+        ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"),
+        ("compiled / budget", "compiled_vs_budget"), ("step ms", "step_ms"),
+        ("step overhead", "step_overhead"), ("J / step", "energy_j_per_step"),
+        ("grad rel. err", "grad_rel_err"), ("plan s", "plan_s"), ("notes", "notes", _short)],
+        where=lambda r: r["status"] != "skipped", note=lambda rows: _status_counts(rows)
+        + " Rows `skipped` (the deadline) are left out here."),
+    csv_view("gpu_hand_policies", "gpu_hand_policies_h200.csv", [
+        ("model", "model"), ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
+        ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"), ("step ms", "step_ms"),
+        ("step overhead", "step_overhead"), ("J / step", "energy_j_per_step"),
+        ("grad rel. err", "grad_rel_err")]),
     # results/milp
     csv_view("milp_unseen", "milp_unseen.csv", [
         ("seed", "seed"), ("budget", "budget"), ("solver", "solver"), ("wall s", "wall_s"),

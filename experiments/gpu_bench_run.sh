@@ -22,8 +22,12 @@
 # Committed results: experiments/results/gpu_benchmark_h200_before_loop.csv is this script's
 # first version (commit ff517fe, before the compiled-budget loop) run on one H200, its
 # $OUT/gpu_benchmark.csv copied under that name (the commands are in the docstring of
-# experiments/gpu_benchmark.py; shown on docs/results/compiled_memory.md). The offload check
-# has not run on a GPU yet.
+# experiments/gpu_benchmark.py; shown on docs/results/compiled_memory.md).
+# gpu_hierarchical_h200.csv and gpu_hand_policies_h200.csv are this script run three and two
+# times in one command, with extra arguments after it (docs/results_pages.py gives the
+# commands; shown on docs/results/hierarchical.md). There, XLA_FLAGS named
+# --xla_gpu_per_fusion_autotune_cache_dir so that a plan's compile reuses the fusions autotuned
+# for earlier ones. The offload check has not run on a GPU yet.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-experiments/results}

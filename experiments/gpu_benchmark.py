@@ -101,10 +101,12 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
 * ``status``: ``ok``, ``error``, ``skipped`` or ``killed``; ``error``: the exception's type and
   text; ``notes``: fidelity warnings and other remarks.
 
-Result files: a run of this version writes ``--out`` (``gpu_benchmark.csv``; none is committed
-yet).  The one committed GPU file, ``experiments/results/gpu_benchmark_h200_before_loop.csv``,
-was made by this command's first version (commit ff517fe), before the compiled-budget loop
-existed (its budgets are shares of the graph's modelled peak), on one H200::
+Result files: a run of this version writes ``--out`` (``gpu_benchmark.csv``);
+``experiments/results/gpu_hierarchical_h200.csv`` and ``gpu_hand_policies_h200.csv`` are runs of
+this version (their commands: ``docs/results_pages.py``).
+``experiments/results/gpu_benchmark_h200_before_loop.csv`` was made by this command's first
+version (commit ff517fe), before the compiled-budget loop existed (its budgets are shares of
+the graph's modelled peak), on one H200::
 
     git worktree add /tmp/gpu ff517fe
     (cd /tmp/gpu && OUT=/tmp/gpu_out bash experiments/gpu_bench_run.sh)
@@ -149,6 +151,37 @@ COLUMNS = (
 )
 BUILTINS = ("dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable",
             "offload_dot_with_no_batch_dims")
+# hand-written save policies, run with ``--builtins NAME`` like the built-ins (not by default)
+HAND_POLICIES = ("dots_no_batch_and_softmax",)
+
+
+def dots_no_batch_and_softmax(prim, *avals, **params) -> bool:
+    """``dots_with_no_batch_dims_saveable`` plus attention probabilities: the division of an
+    ``[..., S, S]`` operand by an ``[..., S, 1]`` one (``jax.nn.softmax``'s ``exp / sum``).
+
+    Kept, the backward recomputes no batched dot and no pass over ``S x S``: the opposite of
+    Megatron's selective recomputation, which recomputes exactly that attention core."""
+    import jax
+
+    if jax.checkpoint_policies.dots_with_no_batch_dims_saveable(prim, *avals, **params):
+        return True
+    if prim.name != "div" or len(avals) != 2:
+        return False
+    a, b = avals
+    return (getattr(a, "ndim", 0) >= 3 and a.shape[-1] == a.shape[-2]
+            and getattr(b, "ndim", 0) == a.ndim and b.shape[-1] == 1)
+
+
+def _save_policy(name: str):
+    """The ``jax.checkpoint`` policy called ``name`` (a JAX built-in or a hand policy)."""
+    import jax
+
+    if name in HAND_POLICIES:
+        return globals()[name]
+    pol = getattr(jax.checkpoint_policies, name)
+    if name.startswith("offload"):
+        pol = pol(offload_src="device", offload_dst="pinned_host")
+    return pol
 DEFAULT_POLICIES = ("checkmate", "sqrtn", "scan_layers")
 NO_BUDGET = frozenset({"sqrtn", "griewank", "checkpoint_all", "recompute_all"})
 SCAN_ONLY = frozenset({"scan_layers"})
@@ -487,9 +520,7 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
             return
         t = time.perf_counter()
         try:
-            pol = getattr(jax.checkpoint_policies, cfg["policy"])
-            if cfg["policy"].startswith("offload"):
-                pol = pol(offload_src="device", offload_dst="pinned_host")
+            pol = _save_policy(cfg["policy"])
             compiled = jax.jit(jax.value_and_grad(model.builtin_loss(pol))).lower(*args).compile()
             c_s = time.perf_counter() - t
             compile_times.append(c_s)
@@ -754,9 +785,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     budgets = [float(x) for x in a.budgets.split(",") if x.strip()]
     pol_specs = [x for x in a.policies.split(",") if x.strip()]
     builtins = [x.strip() for x in a.builtins.split(",") if x.strip()]
-    unknown = [b for b in builtins if b not in BUILTINS]
+    unknown = [b for b in builtins if b not in BUILTINS + HAND_POLICIES]
     if unknown:
-        p.error(f"unknown built-in policies {unknown}; known: {', '.join(BUILTINS)}")
+        p.error(f"unknown built-in policies {unknown}; known: {', '.join(BUILTINS + HAND_POLICIES)}")
 
     if a.one:
         def emit(row):

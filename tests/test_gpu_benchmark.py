@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 from experiments import bench_models
-from experiments.gpu_benchmark import BUILTINS, COLUMNS, config_list, parse_policies
+from experiments.gpu_benchmark import (
+    BUILTINS,
+    COLUMNS,
+    config_list,
+    dots_no_batch_and_softmax,
+    parse_policies,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +47,29 @@ def test_parse_policies():
     got = parse_policies(["checkmate", "sqrtn", "checkmate@1", "chain_dp@-"], [30, 50])
     assert got == [("checkmate", 30.0), ("checkmate", 50.0), ("sqrtn", None),
                    ("checkmate", 1.0), ("chain_dp", None)]
+
+
+def test_hand_policy_saves_the_softmax_probabilities_and_no_other_division():
+    """``dots_no_batch_and_softmax`` keeps what ``dots_with_no_batch_dims_saveable`` keeps plus
+    the ``[b, q, k]`` probabilities, and not the scores divided by a scalar."""
+    import jax
+    import jax.numpy as jnp
+
+    from remat._jax_compat import saved_residuals
+
+    def f(x, w):
+        s = jnp.einsum("bqd,bkd->bqk", x @ w, x) / 8.0
+        return jnp.sum(jax.nn.softmax(s, axis=-1) @ x)
+
+    x, w = jnp.ones((2, 6, 4)), jnp.ones((4, 4))
+
+    def shapes(policy):
+        res = saved_residuals(jax.checkpoint(f, policy=policy), x, w)
+        return sorted(tuple(a.shape) for a, _ in res)
+
+    base = shapes(jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    hand = shapes(dots_no_batch_and_softmax)
+    assert sorted(base + [(2, 6, 6)]) == hand
 
 
 def test_config_list_scan_only_and_skip_row():
