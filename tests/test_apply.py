@@ -74,9 +74,12 @@ def _zoo(name):
 @pytest.mark.parametrize(
     "name,policy,budget",
     [("mlp", "sqrtn", None), ("mlp", "chain_dp", "80%"), ("mlp", EveryOther(), None),
-     ("mlp", "recompute_all", None), ("bert_small", "checkmate", "70%")],
+     ("mlp", "recompute_all", None),
+     pytest.param("bert_small", "checkmate", remat.modelled("70%"), id="bert_small-checkmate-70%")],
 )
 def test_zoo_gradients_match(name, policy, budget):
+    """bert at a modelled budget: with ``"70%"`` of the compiled step, the compiled-budget loop
+    (tests/test_compiled_budget.py) made this case 40 s in the full suite against 11 s."""
     loss, params, batch = _zoo(name)
     ref = jax.jit(jax.value_and_grad(loss))(params, batch)
     f = remat.value_and_grad(loss, policy, budget=budget)

@@ -76,7 +76,7 @@ def test_cli_compare_zoo_mlp_every_policy_with_timelines(tmp_path, capsys):
     comparison plot and the timeline plot written."""
     png = tmp_path / "cmp.png"
     rc = cli.main(["compare", "mlp", "--batch-size", "16", "--budget", "85%", "--plot", str(png),
-                   "--time-limit", "3", "--timeline"])
+                   "--time-limit", "1", "--timeline"])
     out = capsys.readouterr().out
     assert rc == 0
     header = next(i for i, ln in enumerate(out.splitlines()) if ln.startswith("policy "))

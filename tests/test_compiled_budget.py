@@ -250,11 +250,12 @@ def temp(f, *a):
     return int(jax.jit(f).lower(*a).compile().memory_analysis().temp_size_in_bytes)
 
 rows = []
-for name, build in [("mlp", mlp), ("transformer", transformer)]:
+# the MLP at 30 % is refused (a typed error naming the smallest compiled temp reached)
+for name, build, pcts in [("mlp", mlp, (30, 70)), ("transformer", transformer, (50, 70))]:
     loss, p, b = build()
     base = temp(jax.value_and_grad(loss), p, b)
     ref_v, ref_g = jax.value_and_grad(loss)(p, b)
-    for pct in (30, 50, 70):
+    for pct in pcts:
         pol = policies.get("checkmate", time_limit=600.0)
         vg = remat.value_and_grad(loss, pol, budget=f"{pct}%")
         row = dict(model=name, pct=pct, base=base)
@@ -282,7 +283,7 @@ print(json.dumps(rows))
 @pytest.mark.slow
 def test_compiled_budget_end_to_end_with_the_flag():
     rows = run_json(_E2E)
-    assert len(rows) == 6
+    assert len(rows) == 4
     for r in rows:
         if r["error"]:  # a typed refusal naming the smallest compiled temp reached
             assert r["min_feasible"] > r["budget"] * 1.05, r

@@ -52,13 +52,13 @@ def test_ray_sweep_gives_the_local_rows(tmp_path):
     # device profiles with fixed constants: with device None a zoo model keeps the costs of
     # the ``host`` profile, calibrated by timing in each process (not deterministic); the
     # solvers' limit is a safety net (equal rows need both sides' solves to end on their own)
-    kw = dict(budgets=["100%", "75%"], devices=["cortex-m4", "rtx-3090"], batch_sizes=[4],
+    kw = dict(budgets=["100%", "75%"], devices=["rtx-3090"], batch_sizes=[4],
               time_limit=SAFETY_S, execute=True, progress=False)
     pols = ["checkpoint_all", "sqrtn", "checkmate", "poet"]
     models = {**GRAPHS, "mlp": "mlp"}
     local = sweep(models, pols, out=tmp_path / "local.csv", **kw)
     ray_rows = sweep(models, pols, out=tmp_path / "ray.csv", backend="ray", num_cpus=2, **kw)
-    assert len(local) == len(ray_rows) == 3 * 4 * 2 * 2
+    assert len(local) == len(ray_rows) == 3 * 4 * 2 * 1
     assert _det(local) == _det(ray_rows)
     mlp = [r for r in ray_rows if r["model"] == "mlp" and r["peak_bytes"] is not None]
     assert mlp and all(r["realised_residual_bytes"] > 0 for r in mlp)
