@@ -388,10 +388,10 @@ def extract(
       name: graph label (defaults to ``fn.__name__``).
 
     Returns:
-      A :class:`remat.Graph` whose ``program`` is a :class:`Program`.  ``graph.meta`` holds
-      ``node_primitives`` (per node, the primitive names of its equations),
-      ``workspace_bytes`` (per node, the largest scratch allocation of its equations while they
-      run on this backend, :mod:`remat.workspace`), ``stages``,
+      A :class:`remat.Graph` whose ``program`` is a :class:`Program`; each node's
+      ``workspace_bytes`` is the largest scratch allocation of its equations while they run on
+      this backend (:mod:`remat.workspace`).  ``graph.meta`` holds
+      ``node_primitives`` (per node, the primitive names of its equations), ``stages``,
       ``stage_mode`` (``module``/``layer``/``contraction``/``eqn``), ``argnums``, ``batch_size``
       (or ``None``), ``loss_nodes``, ``n_eqns``, ``notes`` and ``unknown_primitives`` (sorted
       names of primitives costed by :mod:`remat.flops`' fallback rule; empty when none, else a
@@ -596,7 +596,6 @@ def extract(
            for e in eqns]
     meta = {
         "node_primitives": tuple(tuple(eqns[j].name for j in s.eqns) for s in st),
-        "workspace_bytes": tuple(max((ews[j] for j in s.eqns), default=0) for s in st),
         "stages": stages,
         "stage_mode": mode,
         "argnums": argnums,
@@ -620,6 +619,7 @@ def extract(
         flops=flops,
         param_bytes=param_bytes,
         forward_index=fwd_index,
+        workspace_bytes=[max((ews[j] for j in s.eqns), default=0) for s in st],
         name=gname,
         meta=meta,
         graph_param_bytes=int(arg_b[diff].sum()),

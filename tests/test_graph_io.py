@@ -336,5 +336,5 @@ def test_every_policy_gives_a_valid_plan_at_a_loose_budget(name):
 def test_node_fields_cover_the_json_writer():
     # every Node field must survive to_json (a new field without a writer would be lost)
     written = {"index", "name", "is_backward", "flops", "out_bytes", "time_s", "energy_j",
-               "param_bytes", "forward_index"}
+               "param_bytes", "forward_index", "workspace_bytes"}
     assert {f.name for f in dataclasses.fields(remat.Node)} == written

@@ -39,6 +39,8 @@ class Node:
       param_bytes: bytes of parameters the stage reads (not counted in activation memory).
       forward_index: for a backward stage, the index of the forward stage it differentiates
         (``None`` when unknown or not applicable).
+      workspace_bytes: scratch bytes the stage allocates while it runs, beyond its inputs and
+        outputs (:mod:`remat.workspace`: XLA:CPU's depthwise weight gradient), freed when it ends.
     """
 
     index: int
@@ -50,6 +52,7 @@ class Node:
     energy_j: float = 0.0
     param_bytes: int = 0
     forward_index: int | None = None
+    workspace_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -119,11 +122,8 @@ class Graph:
     @cached_property
     def workspace(self) -> np.ndarray:
         """``int64[n]`` scratch bytes a node allocates while it runs, beyond its inputs and
-        outputs (``meta["workspace_bytes"]``, set by :func:`remat.extract`; zeros without it)."""
-        ws = self.meta.get("workspace_bytes") if isinstance(self.meta, Mapping) else None
-        if ws is None or len(ws) != len(self.nodes):
-            return np.zeros(len(self.nodes), dtype=np.int64)
-        return np.asarray(ws, dtype=np.int64)
+        outputs (:attr:`Node.workspace_bytes`, set by :func:`remat.extract`)."""
+        return np.array([v.workspace_bytes for v in self.nodes], dtype=np.int64)
 
     @cached_property
     def costs(self) -> np.ndarray:
@@ -285,6 +285,7 @@ class Graph:
                     "energy_j": float(v.energy_j),
                     "param_cost": int(v.param_bytes),
                     "forward_index": v.forward_index,
+                    "workspace_bytes": int(v.workspace_bytes),
                 }
                 for v in self.nodes
             ],
@@ -315,6 +316,7 @@ def make_graph(
     energy_j: Sequence[float] | None = None,
     param_bytes: Sequence[int] | None = None,
     forward_index: Sequence[int | None] | None = None,
+    workspace_bytes: Sequence[int] | None = None,
     name: str = "graph",
     meta: Mapping[str, Any] | None = None,
     graph_param_bytes: int | None = None,
@@ -326,12 +328,13 @@ def make_graph(
     def col(x, default):
         return [default] * n if x is None else list(x)
 
-    bw, fl, en, pb, fi = (
+    bw, fl, en, pb, fi, ws = (
         col(is_backward, False),
         col(flops, 0.0),
         col(energy_j, 0.0),
         col(param_bytes, 0),
         col(forward_index, None),
+        col(workspace_bytes, 0),
     )
     nodes = tuple(
         Node(
@@ -344,6 +347,7 @@ def make_graph(
             energy_j=float(en[i]),
             param_bytes=int(pb[i]),
             forward_index=None if fi[i] is None else int(fi[i]),
+            workspace_bytes=int(ws[i]),
         )
         for i in range(n)
     )

@@ -110,6 +110,8 @@ def graph_from_node_link(
         param = _number(nd, "param_cost", label, integral=True) if nd.get("param_cost") is not None else 0
         flops = _number(nd, "flops", label, integral=False) if nd.get("flops") is not None else 0.0
         energy = _number(nd, "energy_j", label, integral=False) if nd.get("energy_j") is not None else 0.0
+        work = (_number(nd, "workspace_bytes", label, integral=True)
+                if nd.get("workspace_bytes") is not None else 0)
         if nid in attrs:
             raise InvalidGraphError("duplicate node id", node=label)
         ids.append(nid)
@@ -122,6 +124,7 @@ def graph_from_node_link(
             flops=flops,
             energy=energy,
             fwd=nd.get("forward_index"),
+            work=work,
         )
     g = nx.DiGraph()
     g.add_nodes_from(ids)
@@ -186,6 +189,7 @@ def graph_from_node_link(
         energy_j=[c["energy"] for c in cols],
         param_bytes=[c["param"] for c in cols],
         forward_index=fwd_index,
+        workspace_bytes=[c["work"] for c in cols],
         name=str(gname),
         meta={
             "flavour": flavour,

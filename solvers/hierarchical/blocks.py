@@ -109,16 +109,16 @@ def _cuts(graph: Graph, fwd: np.ndarray, roots: np.ndarray) -> list[int]:
 
 
 def _signature(graph: Graph, fwd: np.ndarray, bwd_nodes: np.ndarray, inp: int) -> str:
-    """A hash of a block's structure relative to its own nodes: each node's kind, size, FLOPs
-    and time, and its predecessors as offsets inside the block (``-1``: the block input,
-    ``-2``: anything else outside)."""
+    """A hash of a block's structure relative to its own nodes: each node's kind, size, FLOPs,
+    time and workspace, and its predecessors as offsets inside the block (``-1``: the block
+    input, ``-2``: anything else outside)."""
     local = {int(v): i for i, v in enumerate(np.concatenate([fwd, bwd_nodes]))}
     h = hashlib.blake2b(digest_size=16)
     for v in np.concatenate([fwd, bwd_nodes]):
         node = graph.nodes[int(v)]
         preds = tuple(local.get(p, -1 if p == inp else -2) for p in graph.preds[int(v)])
         h.update(repr((node.is_backward, node.out_bytes, round(node.flops), f"{node.time_s:.6e}",
-                       preds)).encode())
+                       node.workspace_bytes, preds)).encode())
     return h.hexdigest()
 
 
