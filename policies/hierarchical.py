@@ -14,7 +14,8 @@ The recommended policy for "make it fit, as fast as possible".  Three steps:
 
 A ``lax.scan`` is one node of its block; the blocks are planned around each of a few points of
 the scan's Pareto front of per-iteration options (ScanLayers' option generator,
-:func:`policies.scan_layers.scan_front`), and the cheapest plan wins (``meta["scans"]``).
+:func:`policies.scan_layers.scan_front`): points spread over the front and its fewest-FLOPs
+points within shares of the budget; the cheapest plan wins (``meta["scans"]``).
 
 Micro-batches: when no schedule of the whole batch fits and the samples do not interact
 (``ctx.batch_coupled`` False: no BatchNorm statistics), the same planning runs on
@@ -155,10 +156,13 @@ class Hierarchical(BasePolicy):
         plan = plan.with_meta(regions=block_regions(chain, options, sched.tree, scans))
         return plan, replay(graph, plan).peak_bytes, sched
 
-    def _scan_candidates(self, graph: Graph) -> list[tuple]:
+    def _scan_candidates(self, graph: Graph, budget: int | None = None) -> list[tuple]:
         """Decisions for the graph's scans to plan the blocks around (``[()]`` without scans):
         up to ``scan_options`` points of each scan's Pareto front
-        (:func:`policies.scan_layers.scan_front`), evenly spread by kept bytes."""
+        (:func:`policies.scan_layers.scan_front`), evenly spread by kept bytes, and with a
+        ``budget``, each scan's fewest-FLOPs point whose residual and transient bytes fit the
+        budget (the point ScanLayers chooses for a lone scan) and 3/4, 1/2 and 1/4 of it (room
+        for the blocks around the scan)."""
         bodies = tuple(getattr(graph.program, "scans", ()) or ()) if graph.program else ()
         if not bodies:
             return [()]
@@ -167,8 +171,12 @@ class Hierarchical(BasePolicy):
         for body in bodies:
             front, _ = scan_front(graph, body, anchor_units(body), 12, True)
             front = sorted(front, key=lambda c: (c[0], c[2]))
-            idx = np.unique(np.linspace(0, len(front) - 1, min(per, len(front))).round().astype(int))
-            picks.append([front[i][3] for i in idx])
+            idx = set(np.linspace(0, len(front) - 1, min(per, len(front))).round().astype(int))
+            for share in ((1.0, 0.75, 0.5, 0.25) if budget is not None else ()):
+                fits = [i for i, c in enumerate(front) if c[0] + c[1] <= share * budget]
+                if fits:
+                    idx.add(min(fits, key=lambda i: (front[i][2], front[i][0])))
+            picks.append([front[i][3] for i in sorted(idx)])
         return [tuple(d for d in combo if d is not None) for combo in itertools.product(*picks)]
 
     def evaluation_graph(self, graph: Graph, plan: Plan, ctx: PolicyContext) -> Graph:
@@ -216,7 +224,7 @@ class Hierarchical(BasePolicy):
         budget = int(budget_bytes)
         cache: dict = {}
         best, smallest = None, None
-        for decisions in self._scan_candidates(graph):
+        for decisions in self._scan_candidates(graph, budget):
             g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)
             try:
                 plan, cost = self._solve_graph(g, budget, cache)
