@@ -250,6 +250,18 @@ RESULTS: tuple[Result, ...] = (
            "the no-remat temp at +5 % step time? `dots_no_batch_and_softmax` "
            "(experiments/gpu_benchmark.py) keeps every matmul without batch dimensions and the "
            "attention probabilities, so the backward recomputes only elementwise work."),
+    Result("gpu_hierarchical_scan_h200.csv", "Hierarchical on the scanned transformer, one "
+           "H200: 30 and 43 %",
+           "# on the H200 (a third machine of the same kind), before commit 8e54f07:\n"
+           "export XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc\n"
+           "OUT=$OUT/scan TOTAL_S=150 DEADLINE_S=138 bash experiments/gpu_bench_run.sh "
+           "--models flax_scan --policies hierarchical,scan_layers@30 --budgets 30,43 "
+           "--builtins dots_with_no_batch_dims_saveable,nothing_saveable\n"
+           "cp $OUT/scan/gpu_benchmark.csv experiments/results/gpu_hierarchical_scan_h200.csv",
+           "results/hierarchical",
+           "The budgets gpu_hierarchical_h200.csv skipped, with ScanLayers at 30 %: hierarchical "
+           "kept the same 0.128x decision at 30 and 43 % (the scan-candidate gap fixed in 8e54f07, "
+           "not rerun on a GPU)."),
     Result("sharded_budget.csv", "Sharded steps: per-device budgets",
            "python -m experiments.sharded_budget",
            "results/sharded",
@@ -584,6 +596,10 @@ VIEWS: tuple[View, ...] = (
         ("grad rel. err", "grad_rel_err"), ("plan s", "plan_s"), ("notes", "notes", _short)],
         where=lambda r: r["status"] != "skipped", note=lambda rows: _status_counts(rows)
         + " Rows `skipped` (the deadline) are left out here."),
+    csv_view("gpu_hierarchical_scan", "gpu_hierarchical_scan_h200.csv", [
+        ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
+        ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"), ("step ms", "step_ms"),
+        ("step overhead", "step_overhead"), ("grad rel. err", "grad_rel_err")]),
     csv_view("gpu_hand_policies", "gpu_hand_policies_h200.csv", [
         ("model", "model"), ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
         ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"), ("step ms", "step_ms"),

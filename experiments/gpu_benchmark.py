@@ -102,8 +102,8 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
   text; ``notes``: fidelity warnings and other remarks.
 
 Result files: a run of this version writes ``--out`` (``gpu_benchmark.csv``);
-``experiments/results/gpu_hierarchical_h200.csv`` and ``gpu_hand_policies_h200.csv`` are runs of
-this version (their commands: ``docs/results_pages.py``).
+``experiments/results/gpu_hierarchical_h200.csv``, ``gpu_hand_policies_h200.csv`` and
+``gpu_hierarchical_scan_h200.csv`` are runs of this version (their commands: ``docs/results_pages.py``).
 ``experiments/results/gpu_benchmark_h200_before_loop.csv`` was made by this command's first
 version (commit ff517fe), before the compiled-budget loop existed (its budgets are shares of
 the graph's modelled peak), on one H200::
