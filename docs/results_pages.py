@@ -262,6 +262,18 @@ RESULTS: tuple[Result, ...] = (
            "The budgets gpu_hierarchical_h200.csv skipped, with ScanLayers at 30 %: hierarchical "
            "kept the same 0.128x decision at 30 and 43 % (the scan-candidate gap fixed in 8e54f07, "
            "not rerun on a GPU)."),
+    Result("scan_decisions_check.csv", "The drop-in's scan decision on the full-size Flax scan",
+           "python experiments/scan_decisions_check.py --code 8e54f07 "
+           "--out experiments/results/scan_decisions_check.csv\n"
+           "git worktree add /tmp/before 8e54f07~1\n"
+           "PYTHONPATH=/tmp/before python experiments/scan_decisions_check.py --policies "
+           "hierarchical --code 8e54f07~1 --append "
+           "--out experiments/results/scan_decisions_check.csv",
+           "results/hierarchical",
+           "The GPU benchmark's scanned transformer at full size, planned from abstract shapes "
+           "and compiled on XLA:CPU (flag on), never run: the compiled temp and the scan "
+           "decision of hierarchical (before and after 8e54f07) and ScanLayers at 30 and 43 %. "
+           f"Modelled costs compare only within one run of the command ({_CPU})."),
     Result("sharded_budget.csv", "Sharded steps: per-device budgets",
            "python -m experiments.sharded_budget",
            "results/sharded",
