@@ -527,19 +527,24 @@ def test_dropin_fits_half_the_compiled_temp_of_a_batchnorm_resnet():
     assert r["err"] < 1e-5, r
 
 
+@pytest.fixture(scope="module")
+def linen_scan_graph():
+    from helpers import outside_models as om
+
+    loss, params, batch = om.linen_scan_transformer()
+    return remat.extract(loss, params, batch, stages="eqn", device="rtx-3090")
+
+
 @pytest.mark.parametrize("frac", [0.5, 0.7, 0.9])
-def test_a_scan_is_planned_around_its_cheapest_decision_that_fits(frac):
+def test_a_scan_is_planned_around_its_cheapest_decision_that_fits(frac, linen_scan_graph):
     """A scanned Flax transformer: the default plan, around a few points of the scan's Pareto
     front and its fewest-FLOPs point within the budget, costs what planning around every point
     of the front costs (a fixed device profile: no timing).  Around evenly spread points only
     it cost 1.01x at 70-90 % here, and on the GPU benchmark's full-size scan at 25-90 % it kept
     the 0.13x plan that ran 4 % slower than ScanLayers' at 0.27x."""
-    from helpers import outside_models as om
-
     from policies.hierarchical import Hierarchical
 
-    loss, params, batch = om.linen_scan_transformer()
-    g = remat.extract(loss, params, batch, stages="eqn", device="rtx-3090")
+    g = linen_scan_graph
     budget = int(frac * g.no_remat_peak())
     default = Hierarchical(budget=budget).plan(g)
     every = Hierarchical(budget=budget, scan_options=1000).plan(g)  # the whole front
