@@ -86,6 +86,23 @@ def test_it_travels_with_its_node_through_a_reorder_and_a_file(tmp_path):
     np.testing.assert_array_equal(back.workspace, g.workspace)
 
 
+def test_a_negative_workspace_is_a_typed_error(tmp_path):
+    import json
+
+    from remat.core.errors import InvalidGraphError
+
+    with pytest.raises(InvalidGraphError, match="negative workspace"):
+        make_graph(["a", "b"], [(0, 1)], out_bytes=[4, 4], time_s=[1.0, 1.0],
+                   workspace_bytes=[0, -1])
+    g = make_graph(["a", "b"], [(0, 1)], out_bytes=[4, 4], time_s=[1.0, 1.0])
+    g.to_json(tmp_path / "g.json")
+    data = json.loads((tmp_path / "g.json").read_text())
+    data["nodes"][1]["workspace_bytes"] = -8
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidGraphError, match="workspace_bytes"):
+        remat.load_graph(tmp_path / "bad.json")
+
+
 def test_a_blocks_backward_transient_counts_it():
     """The hierarchical options' backward transient holds the workspace while its node runs:
     the same graph without it gives transients smaller by at most that, and some smaller."""

@@ -85,6 +85,8 @@ class Graph:
                 raise InvalidGraphError(f"node index {node.index} at position {i}", node=node.name)
             if node.out_bytes < 0:
                 raise InvalidGraphError("negative output size", node=node.name)
+            if node.workspace_bytes < 0:
+                raise InvalidGraphError("negative workspace size", node=node.name)
             if node.time_s < 0 or node.flops < 0 or node.energy_j < 0:
                 raise InvalidGraphError("negative cost", node=node.name)
         seen = set()
