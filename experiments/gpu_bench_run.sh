@@ -26,9 +26,8 @@
 # gpu_hierarchical_h200.csv, gpu_hand_policies_h200.csv and gpu_hierarchical_scan_h200.csv are
 # this script run three, two and one times in one command, with extra arguments after it
 # (docs/results_pages.py gives the commands; shown on docs/results/hierarchical.md). There,
-# XLA_FLAGS named
-# --xla_gpu_per_fusion_autotune_cache_dir so that a plan's compile reuses the fusions autotuned
-# for earlier ones. The offload check has not run on a GPU yet.
+# XLA_FLAGS named --xla_gpu_per_fusion_autotune_cache_dir so that a plan's compile reuses the
+# fusions autotuned for earlier ones. The offload check has not run on a GPU yet.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-experiments/results}

@@ -103,7 +103,8 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
 
 Result files: a run of this version writes ``--out`` (``gpu_benchmark.csv``);
 ``experiments/results/gpu_hierarchical_h200.csv``, ``gpu_hand_policies_h200.csv`` and
-``gpu_hierarchical_scan_h200.csv`` are runs of this version (their commands: ``docs/results_pages.py``).
+``gpu_hierarchical_scan_h200.csv`` are runs of this version (their commands:
+``docs/results_pages.py``).
 ``experiments/results/gpu_benchmark_h200_before_loop.csv`` was made by this command's first
 version (commit ff517fe), before the compiled-budget loop existed (its budgets are shares of
 the graph's modelled peak), on one H200::
@@ -151,10 +152,24 @@ COLUMNS = (
 )
 BUILTINS = ("dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable",
             "offload_dot_with_no_batch_dims")
-# hand-written save policies, run with ``--builtins NAME`` like the built-ins (not by default)
-HAND_POLICIES = ("dots_no_batch_and_softmax",)
+DEFAULT_POLICIES = ("checkmate", "sqrtn", "scan_layers")
+NO_BUDGET = frozenset({"sqrtn", "griewank", "checkpoint_all", "recompute_all"})
+SCAN_ONLY = frozenset({"scan_layers"})
+ROW = "@@ROW "
+PLAN = "@@PLAN "
+FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"  # = remat.measurement.FLAG
+# seconds a model needs at least (start, build, reference compile and timing) for the parent
+# to launch it
+MIN_MODEL_S = {"full": 25.0, "tiny": 3.0}
+# a model's share of the time left (full size), from one H200 run (jax 0.11.2): XLA
+# compilation dominates (gpt2_small's reference step took 33 s to compile, resnet50's 13 s,
+# the transformer's 16 s, the MLP's 2.5 s, the scanned transformer's 9 s)
+WEIGHTS = {"gpt2_small": 3.0, "resnet50": 1.5, "transformer": 2.0, "mlp": 1.0,
+           "flax_scan": 1.5}
+GRACE_S = 15.0  # a child is killed at most 4 x this past its share, this past the deadline
 
 
+# --------------------------------------------------------------------------- save policies
 def dots_no_batch_and_softmax(prim, *avals, **params) -> bool:
     """``dots_with_no_batch_dims_saveable`` plus attention probabilities: the division of an
     ``[..., S, S]`` operand by an ``[..., S, 1]`` one (``jax.nn.softmax``'s ``exp / sum``).
@@ -172,31 +187,20 @@ def dots_no_batch_and_softmax(prim, *avals, **params) -> bool:
             and getattr(b, "ndim", 0) == a.ndim and b.shape[-1] == 1)
 
 
+#: hand-written save policies, run with ``--builtins NAME`` like JAX's (not by default)
+HAND_POLICIES = {"dots_no_batch_and_softmax": dots_no_batch_and_softmax}
+
+
 def _save_policy(name: str):
     """The ``jax.checkpoint`` policy called ``name`` (a JAX built-in or a hand policy)."""
     import jax
 
     if name in HAND_POLICIES:
-        return globals()[name]
+        return HAND_POLICIES[name]
     pol = getattr(jax.checkpoint_policies, name)
     if name.startswith("offload"):
         pol = pol(offload_src="device", offload_dst="pinned_host")
     return pol
-DEFAULT_POLICIES = ("checkmate", "sqrtn", "scan_layers")
-NO_BUDGET = frozenset({"sqrtn", "griewank", "checkpoint_all", "recompute_all"})
-SCAN_ONLY = frozenset({"scan_layers"})
-ROW = "@@ROW "
-PLAN = "@@PLAN "
-FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"  # = remat.measurement.FLAG
-# seconds a model needs at least (start, build, reference compile and timing) for the parent
-# to launch it
-MIN_MODEL_S = {"full": 25.0, "tiny": 3.0}
-# a model's share of the time left (full size), from one H200 run (jax 0.11.2): XLA
-# compilation dominates (gpt2_small's reference step took 33 s to compile, resnet50's 13 s,
-# the transformer's 16 s, the MLP's 2.5 s, the scanned transformer's 9 s)
-WEIGHTS = {"gpt2_small": 3.0, "resnet50": 1.5, "transformer": 2.0, "mlp": 1.0,
-           "flax_scan": 1.5}
-GRACE_S = 15.0  # a child is killed at most 4 x this past its share, this past the deadline
 
 
 # --------------------------------------------------------------------------- configurations
@@ -785,9 +789,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     budgets = [float(x) for x in a.budgets.split(",") if x.strip()]
     pol_specs = [x for x in a.policies.split(",") if x.strip()]
     builtins = [x.strip() for x in a.builtins.split(",") if x.strip()]
-    unknown = [b for b in builtins if b not in BUILTINS + HAND_POLICIES]
+    known = BUILTINS + tuple(HAND_POLICIES)
+    unknown = [b for b in builtins if b not in known]
     if unknown:
-        p.error(f"unknown built-in policies {unknown}; known: {', '.join(BUILTINS + HAND_POLICIES)}")
+        p.error(f"unknown built-in policies {unknown}; known: {', '.join(known)}")
 
     if a.one:
         def emit(row):

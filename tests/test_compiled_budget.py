@@ -250,7 +250,8 @@ def temp(f, *a):
     return int(jax.jit(f).lower(*a).compile().memory_analysis().temp_size_in_bytes)
 
 rows = []
-# the MLP at 30 % is refused (a typed error naming the smallest compiled temp reached)
+# the MLP at 30 % was refused on jax 0.12 (a typed error naming the smallest compiled temp
+# reached); the assertions take a refusal or a fit at any row
 for name, build, pcts in [("mlp", mlp, (30, 70)), ("transformer", transformer, (50, 70))]:
     loss, p, b = build()
     base = temp(jax.value_and_grad(loss), p, b)
