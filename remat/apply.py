@@ -208,7 +208,7 @@ def apply_plan(
                      policy_name=repr(getattr(pol, "name", type(pol).__name__)),
                      max_compiles=max_compiles,
                      predict_of=_predictor(graph, abstract, baseline, sharded),
-                     cost_of=_modelled_cost)
+                     cost_of=_modelled_cost, ceiling_budget=graph.no_remat_peak())
         app, rounds, compiled = result.applied, result.rounds, result.compiled_temp
     else:
         spec = None if semantics == "compiled" else (

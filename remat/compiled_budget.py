@@ -19,7 +19,10 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    when it falls outside);
 4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure;
    :func:`plan_key`: where paging is offloaded, a plan's page-outs make it distinct); when
-   none fits, plan at the policy's smallest feasible internal budget and raise
+   none fits, compile the plan at the caller's ceiling (an internal budget at which nothing is
+   recomputed: the compiled temp is not monotone in the internal budget, and a plan that keeps
+   every stage can compile smaller than one that recomputes, where XLA holds only what the
+   backward reads), then the plan at the policy's smallest feasible internal budget, and raise
    :class:`~remat.core.errors.InfeasibleBudgetError` naming the smallest compiled temp reached.
 
 Every round is recorded (:class:`Round`).  The figures are *compiled*, not measured or
@@ -215,7 +218,8 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
         max_compiles: int = MAX_COMPILES, tolerance: float = TOLERANCE,
         accept: float = ACCEPT, predict_of: Callable[[Any], int] | None = None,
         max_predictions: int = MAX_PREDICTIONS,
-        cost_of: Callable[[Any], float] | None = None) -> Fit:
+        cost_of: Callable[[Any], float] | None = None,
+        ceiling_budget: int | None = None) -> Fit:
     """The closed loop (module docstring).
 
     Args:
@@ -235,10 +239,14 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
         fitting round of least cost (then the largest temp), else the fitting round of the
         largest temp.  A plan that keeps more may compile smaller than one that recomputes
         (XLA drops what a kept stage does not need); its cost says it is the better plan.
+      ceiling_budget: a modelled budget at which the policy recomputes nothing (the drop-in's:
+        the graph's no-remat peak); when no round fits, its plan is compiled before the loop
+        refuses (one compile over ``max_compiles``), and returned if it fits.
 
     Raises:
       InfeasibleBudgetError: no plan compiled within ``T (1 + tolerance)``; ``min_feasible_bytes``
-        is the smallest compiled temp reached (at the policy's smallest feasible budget).
+        is the smallest compiled temp of the plans compiled (the policy's smallest feasible
+        plan and the ceiling's among them).
     """
     limit = target * (1 + tolerance)
     rounds: list[Round] = []
@@ -304,7 +312,25 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 break
             nxt = 0  # nothing fits yet: go to the policy's smallest budget
         b = nxt
-    if best is None and not tried_min and compiles < max_compiles + 1:
+    if best is None and ceiling_budget is not None:
+        # the compiled temp is not monotone in the internal budget: try the plan that keeps all
+        try:
+            app = plan_at(int(ceiling_budget))
+        except InfeasibleBudgetError as e:
+            rounds.append(Round(int(ceiling_budget), None, None, note=str(e)))
+            app = None
+        if app is not None:
+            key = plan_key(app)
+            reused = key in seen
+            if not reused:
+                seen[key] = int(temp_of(app))
+                compiles += 1
+            t = seen[key]
+            rounds.append(Round(int(ceiling_budget), app.plan.meta.get("peak_bytes"), t,
+                                reused=reused))
+            if t <= limit:
+                best, best_t = app, t
+    if best is None and not tried_min and compiles < max_compiles + 2:
         # the smallest compiled temp this policy reaches: plan at its smallest feasible budget
         try:
             app = plan_at(0)
@@ -327,14 +353,17 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 best, best_t = app, t
     if best is None:
         reached = [r.compiled_temp for r in rounds if r.compiled_temp is not None]
+        budgets = [r.internal_budget for r in rounds if r.compiled_temp is not None]
         if not reached:  # the policy refused every internal budget: its own error says why
             raise InfeasibleBudgetError(target, math.inf, f"{policy_name} refused every internal "
                                         f"budget: {rounds[-1].note if rounds else ''}")
         smallest = min(reached)
+        at = min((r for r in rounds if r.compiled_temp == smallest), key=lambda r: r.internal_budget)
         raise InfeasibleBudgetError(
             target, smallest,
-            f"the compiled step's temp; {policy_name} reached {format_bytes(smallest)} at its "
-            f"smallest feasible plan after {compiles} compile(s)")
+            f"the compiled step's temp: the smallest of {compiles} distinct plan(s) of "
+            f"{policy_name} compiled (planned under modelled budgets {format_bytes(min(budgets))} "
+            f"to {format_bytes(max(budgets))}), reached at {format_bytes(at.internal_budget)}")
     return Fit(best, best_t, tuple(rounds), compiles)
 
 

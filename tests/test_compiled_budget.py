@@ -95,6 +95,28 @@ def test_loop_reports_the_smallest_compiled_temp_when_nothing_fits():
     assert "compiled" in str(e.value)
 
 
+def test_a_plan_that_recomputes_nothing_is_compiled_before_the_loop_refuses():
+    """Compiled temp not monotone in the internal budget: every plan that recomputes compiles
+    over the budget, the plan that keeps everything (XLA holds only what the backward reads)
+    under it.  Without the ceiling the loop refuses; with it, it returns that plan."""
+    compiled = lambda level: 500 if level >= 9000 else 2000 + level // 10  # noqa: E731
+    plan_at, temp_of, _ = _world(1000, compiled)
+    with pytest.raises(InfeasibleBudgetError) as e:
+        fit(plan_at, temp_of, 1000, first_budget=3000, recomputes=lambda a: True)
+    assert e.value.min_feasible_bytes == 2100  # the smallest plan, over the budget
+    plan_at, temp_of, calls = _world(1000, compiled)
+    res = fit(plan_at, temp_of, 1000, first_budget=3000, recomputes=lambda a: True,
+              ceiling_budget=10_000)
+    assert res.compiled_temp == 500 and res.applied.plan.meta["level"] == 10_000
+    assert res.compiles == calls["compile"] <= 4 + 1
+    # where the ceiling's plan does not fit either, the refusal names the smallest of all
+    plan_at, temp_of, _ = _world(1000, lambda level: 1500 if level >= 9000 else 2000)
+    with pytest.raises(InfeasibleBudgetError) as e:
+        fit(plan_at, temp_of, 1000, first_budget=3000, recomputes=lambda a: True,
+            ceiling_budget=10_000)
+    assert e.value.min_feasible_bytes == 1500 and "reached at 9.77 KiB" in str(e.value)
+
+
 def test_loop_spends_at_most_its_compiles_and_reuses_a_plan_it_met():
     plan_at, temp_of, calls = _world(0, lambda level: 5000 if level > 300 else 100,
                                      levels=(0, 5000))
