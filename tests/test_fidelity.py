@@ -77,6 +77,7 @@ def test_code_without_modules_is_cut_into_layers(make):
     assert expect <= n <= expect + 2, [v.name for v in g.forward_nodes]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [linen_sumsq_mlp, nnx_mlp])
 def test_chain_policies_give_valid_plans_from_50_to_90_percent(make):
     """The issue's linen MLP (random widths, ``sum(y ** 2)`` loss: the loss node used to be

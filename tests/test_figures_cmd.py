@@ -13,6 +13,7 @@ from experiments import cli, figures_index
 from experiments.figures_index import FIGURES, Figure, Step, UnknownFigureError
 
 
+@pytest.mark.slow
 def test_figures_quick_only_writes_pngs_csvs_index_and_survives_a_failure(tmp_path, monkeypatch, capsys):
     committed = figures_index.ROOT / "experiments" / "results" / "melon_adapt.csv"
     before = committed.read_bytes()

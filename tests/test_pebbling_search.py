@@ -129,6 +129,7 @@ N250 = [f for f in FILES if f.name.startswith("random_layered_n250_")]
 
 
 @needs_bench
+@pytest.mark.slow
 @pytest.mark.parametrize("path", N250, ids=lambda p: p.name[:20])
 def test_published_n250_fits_the_budget_no_other_method_fitted(path):
     """m = 0.6 of the Checkmate benchmark's n = 250 DAG (88 104 B): the step-wise walk, peak

@@ -47,6 +47,7 @@ def _policy(name):
     return policies.get(name, **OPTIONS.get(name, {}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_every_policy_valid_or_typed_error(frontend):
     stats = {"plans": 0, "errors": 0, "grads": 0, "models": 0}

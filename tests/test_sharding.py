@@ -1,6 +1,6 @@
 """Sharded steps (``remat.sharding``, #36): per-device graphs, collectives and budgets.
 
-The sharded work runs in one subprocess with 8 host devices and XLA:CPU's
+The sharded work runs in subprocesses (one per part) with 8 host devices and XLA:CPU's
 ``cse_barrier_expander`` off (``XLA_FLAGS`` must be set before JAX starts; this process's
 environment is never changed).  Layouts (``experiments/sharded_budget.py``): data parallel,
 FSDP and 2-way tensor x 4-way data parallel, on a tanh MLP and a plain-JAX transformer, and the
@@ -15,6 +15,8 @@ planned as one.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from helpers.xla_subprocess import run_json
 
@@ -22,6 +24,8 @@ from remat.core.devices import DeviceProfile, DeviceProfileError
 from remat.core.devices import get as get_profile
 from remat.measurement import FLAG
 from remat.sharding import collective_time, collectives
+
+pytestmark = pytest.mark.slow
 
 DEVICES8 = "--xla_force_host_platform_device_count=8 " + FLAG
 
@@ -34,7 +38,7 @@ CASES = (("dp", "mlp", "50%", True), ("fsdp", "mlp", "50%", True),
          ("fsdp", "transformer", "85%", True), ("tp2xdp4", "transformer", "85%", True),
          ("fsdp", "transformer", "50%", False), ("fsdp", "flax_transformer", "85%", True))
 
-_SCRIPT = f"""
+_HEADER = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, "tests")
@@ -42,26 +46,33 @@ from helpers.limits import pinned_host_profile
 pinned_host_profile().__enter__()  # the same stage costs, plans and modelled times on any machine
 import jax, jax.numpy as jnp, numpy as np
 import remat
-from remat.compiled_budget import FLAG
 from remat.core.errors import InfeasibleBudgetError
 from experiments.sharded_budget import run_case, _models, _layout, fsdp_choices
 assert len(jax.devices()) == 8
-out = {{"rows": [run_case(l, m, b, blocks=1) for l, m, b, _ in {[c for c in CASES]!r}]}}
-out["fsdp_choices"] = fsdp_choices("mlp", "50%")
-
-# the per-device graph of the FSDP MLP: shards, gathered weights, collectives
+out = {}
 loss, params, x = _models(128, 8192, only="mlp")["mlp"]
 ps, xs = _layout("fsdp", params, x)
+"""
+#: one subprocess per part, each read by the tests that need it (parts run in parallel on
+#: the workers; one script for all made every worker that got one of its tests run all of it)
+_PARTS = {
+    "mlp_rows": f"out['rows'] = [run_case(l, m, b) for l, m, b, _ in {[c for c in CASES if c[1] == 'mlp']!r}]",
+    "other_rows": f"out['rows'] = [run_case(l, m, b, blocks=1) for l, m, b, _ in "
+                  f"{[c for c in CASES if c[1] != 'mlp']!r}]",
+    "fsdp_choices": "out['fsdp_choices'] = fsdp_choices('mlp', '50%')",
+    "graph": """
 g = remat.extract(loss, *remat.sharding.abstract((ps, xs)))
 pg = remat.sharding.per_device_graph(g, remat.sharding.abstract((ps, xs)))
 sh = pg.meta["sharding"]
 out["graph"] = dict(global_param=g.param_bytes, param=pg.param_bytes, global_input=g.input_bytes,
                     input=pg.input_bytes, n_gathered=len(sh["gathered_args"]),
-                    kinds=sorted({{c.kind for c in sh["collectives"]}}),
+                    kinds=sorted({c.kind for c in sh["collectives"]}),
                     gather_times=[c.time_s for c in sh["collectives"] if c.kind == "all-gather"],
                     fwd_times=[(n.time_s, o.time_s) for n, o in zip(pg.nodes, g.nodes)
                                if not n.is_backward and n.param_bytes])
 
+""",
+    "jit": """
 # inside jax.jit without a plan made at the sharded arguments: a warning, never silence
 vg = remat.value_and_grad(loss, "sqrtn")  # no budget: no compile loop, the warning is the point
 with warnings.catch_warnings(record=True) as w:
@@ -69,6 +80,8 @@ with warnings.catch_warnings(record=True) as w:
     jax.jit(vg).lower(ps, xs)
 out["jit_warnings"] = [str(m.message) for m in w if "not visible" in str(m.message)]
 
+""",
+    "shard_map": """
 # inside shard_map: the body is a per-device program; planned there, per device
 try:
     from jax import shard_map
@@ -96,19 +109,20 @@ out["shard_map"] = dict(
     temp=int(sm(body).lower(params, x).compile().memory_analysis().temp_size_in_bytes),
     ref_temp=int(sm(ref_body).lower(params, x).compile().memory_analysis().temp_size_in_bytes),
     warnings=[str(m.message) for m in w if "not visible" in str(m.message)])
-print(json.dumps(out))
-"""
+""",
+}
 
 
-@pytest.fixture(scope="module")
-def sharded():
-    return run_json(_SCRIPT, flags=DEVICES8, timeout=900)
+@functools.cache
+def _sharded(part: str) -> dict:
+    """The JSON a part of the script prints (8 host devices, the flag on)."""
+    return run_json(_HEADER + _PARTS[part] + "\nprint(json.dumps(out))\n", flags=DEVICES8,
+                    timeout=900)
 
 
-def test_sharded_steps_give_unsharded_gradients_within_per_device_budgets(sharded):
-    rows = sharded["rows"]
-    assert len(rows) == len(CASES)
-    for (layout, model, budget, must_fit), r in zip(CASES, rows):
+def _check_rows(rows, cases):
+    assert len(rows) == len(cases)
+    for (layout, model, budget, must_fit), r in zip(cases, rows):
         assert (r["layout"], r["model"], r["budget"]) == (layout, model, budget)
         frac = float(budget.rstrip("%")) / 100
         assert abs(r["budget_bytes"] - frac * r["no_remat_temp"]) <= 1, r  # per device
@@ -121,33 +135,36 @@ def test_sharded_steps_give_unsharded_gradients_within_per_device_budgets(sharde
         assert r["compiled_temp"] <= 1.05 * r["budget_bytes"], r
         assert r["compiled_temp"] < 0.95 * r["no_remat_temp"], r  # a real saving
         assert r["grad_max_rel_err"] < 1e-4, r
-    by = {(r["layout"], r["model"]): r for r in rows}
+    return {(r["layout"], r["model"]): r for r in rows}
+
+
+def test_sharded_mlp_steps_within_per_device_budgets_and_predicted_without_compiling():
+    """The MLP in the three layouts: unsharded gradients, the per-device budget, FSDP's
+    gathered weights.  ``remat.sharded_memory`` predicts the per-device temp from the step's
+    program at per-device shapes: under 2-way tensor parallelism the row-parallel matmuls'
+    partial sums and their all-reduced copies are both buffers (without them the no-remat
+    prediction is 0.87x); in the plan's backward pass XLA combines two independent
+    all-reduces into one, so both partial sums live until the later one (without the
+    combiner rule the plan is predicted at 0.80x)."""
+    by = _check_rows(_sharded("mlp_rows")["rows"], [c for c in CASES if c[1] == "mlp"])
     assert "all-gather" in by["fsdp", "mlp"]["collectives"]
     assert by["fsdp", "mlp"]["gathered_bytes"] == 8 * 128 * 128 * 4
     assert by["dp", "mlp"]["gathered_bytes"] == 0
+    for layout in ("dp", "fsdp", "tp2xdp4"):
+        r = by[layout, "mlp"]
+        assert abs(r["predicted_no_remat_temp"] / r["no_remat_temp"] - 1) <= 0.1, r
+        assert abs(r["predicted_temp"] / r["compiled_temp"] - 1) <= 0.1, r  # the applied plan
+
+
+def test_sharded_transformer_steps_give_unsharded_gradients_within_per_device_budgets():
+    by = _check_rows(_sharded("other_rows")["rows"], [c for c in CASES if c[1] != "mlp"])
     # Flax FSDP: the q/k/v/out and MLP kernels are gathered (64x64 each but the MLP's 64x256)
     assert "all-gather" in by["fsdp", "flax_transformer"]["collectives"]
     assert by["fsdp", "flax_transformer"]["gathered_bytes"] == (4 * 64 * 64 + 2 * 64 * 256) * 4
 
 
-def test_per_device_temp_is_predicted_without_compiling(sharded):
-    """``remat.sharded_memory``: the MLP's per-device temp, predicted from the step's program at
-    per-device shapes.  Under 2-way tensor parallelism the row-parallel matmuls' partial sums
-    and their all-reduced copies are both buffers (without them the no-remat prediction is 0.87x);
-    in the plan's backward pass XLA combines two independent all-reduces into one, so both
-    partial sums live until the later one (without the combiner rule the plan is predicted
-    at 0.80x)."""
-    by = {(r["layout"], r["model"]): r for r in sharded["rows"]}
-    for layout in ("dp", "fsdp", "tp2xdp4"):
-        r = by[layout, "mlp"]
-        assert abs(r["predicted_no_remat_temp"] / r["no_remat_temp"] - 1) <= 0.1, r
-    for layout in ("dp", "fsdp", "tp2xdp4"):  # the applied plan
-        r = by[layout, "mlp"]
-        assert abs(r["predicted_temp"] / r["compiled_temp"] - 1) <= 0.1, r
-
-
-def test_per_device_graph_counts_shards_gathers_and_collective_time(sharded):
-    g = sharded["graph"]
+def test_per_device_graph_counts_shards_gathers_and_collective_time():
+    g = _sharded("graph")["graph"]
     assert g["param"] * 8 == g["global_param"]  # FSDP: each device holds 1/8 of the weights
     assert g["input"] * 8 == g["global_input"]  # the batch over 8 devices
     assert g["n_gathered"] == 8
@@ -156,11 +173,11 @@ def test_per_device_graph_counts_shards_gathers_and_collective_time(sharded):
     assert g["fwd_times"] and all(t > 0 for t, _ in g["fwd_times"])
 
 
-def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit(sharded):
+def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit():
     """FSDP MLP at 50%: the plan recomputes stages that read a gathered weight (each
     recomputation regathers); the same plan keeping them fits neither the modelled nor the
     compiled budget, and costs less modelled time."""
-    rows = {r["choice"]: r for r in sharded["fsdp_choices"]}
+    rows = {r["choice"]: r for r in _sharded("fsdp_choices")["fsdp_choices"]}
     assert set(rows) == {"chosen", "keep", "keep_untrimmed"}
     ch, keep, raw = rows["chosen"], rows["keep"], rows["keep_untrimmed"]
     assert ch["regathered_nodes"] > 0 and ch["fits"], ch
@@ -177,12 +194,12 @@ def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit(sha
     assert all(r["grad_max_rel_err"] < 1e-4 for r in rows.values()), rows
 
 
-def test_jit_without_visible_shardings_warns(sharded):
-    assert sharded["jit_warnings"], "planning inside jax.jit on a mesh must say it is not per device"
+def test_jit_without_visible_shardings_warns():
+    assert _sharded("jit")["jit_warnings"], "planning inside jax.jit on a mesh must say it is not per device"
 
 
-def test_inside_shard_map_the_body_is_planned_per_device(sharded):
-    r = sharded["shard_map"]
+def test_inside_shard_map_the_body_is_planned_per_device():
+    r = _sharded("shard_map")["shard_map"]
     assert r["err"] < 1e-4 and r["value_err"] < 1e-5, r
     assert r["temp"] <= 0.75 * r["ref_temp"], r  # 70% of the body's per-device temp, +5%
     assert r["warnings"] == [], r  # manual axes: no "not per device" warning

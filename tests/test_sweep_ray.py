@@ -44,6 +44,7 @@ GRAPHS = {"chain8": remat.chain_graph(8, sizes=[1, 2, 3, 4, 4, 3, 2, 1]),
           "chain6": remat.chain_graph(6, sizes=[3, 1, 2, 2, 1, 3])}
 
 
+@pytest.mark.slow
 def test_ray_sweep_gives_the_local_rows(tmp_path):
     """Graphs shipped to the workers, a zoo model built in each worker (with realised residual
     bytes and the executor's measured peak), registry policies built per task with threads=1,

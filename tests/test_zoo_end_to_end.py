@@ -40,6 +40,7 @@ def test_every_zoo_model_is_covered():
     assert sorted(TINY) == sorted(remat.zoo.available())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_zoo_model_plans_run_exactly(name):
     loss, params, batch = remat.zoo.get(name, batch_size=2, **TINY[name])
