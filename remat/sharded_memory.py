@@ -35,6 +35,7 @@ follows the jaxpr's order, not XLA's post order.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Callable
 from typing import Any
@@ -359,8 +360,6 @@ def _combine_all_reduces(ops: list, keys: dict[int, tuple]) -> list:
 
 def _stable_topological(ops: list) -> list:
     """``ops`` in dependency order, each as early in the given order as its operands allow."""
-    import heapq
-
     prod = {o: j for j, op in enumerate(ops) for o in op.outs}
     need = [0] * len(ops)
     users: dict[int, list[int]] = {}
