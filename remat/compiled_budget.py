@@ -312,6 +312,19 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 break
             nxt = 0  # nothing fits yet: go to the policy's smallest budget
         b = nxt
+
+    def compile_round(app, b: int) -> int:
+        """The compiled temp of ``app`` (an earlier round's figure where it was met), recorded
+        as a round at internal budget ``b``."""
+        nonlocal compiles
+        key = plan_key(app)
+        reused = key in seen
+        if not reused:
+            seen[key] = int(temp_of(app))
+            compiles += 1
+        rounds.append(Round(b, app.plan.meta.get("peak_bytes"), seen[key], reused=reused))
+        return seen[key]
+
     if best is None and ceiling_budget is not None:
         # the compiled temp is not monotone in the internal budget: try the plan that keeps all
         try:
@@ -320,14 +333,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
             rounds.append(Round(int(ceiling_budget), None, None, note=str(e)))
             app = None
         if app is not None:
-            key = plan_key(app)
-            reused = key in seen
-            if not reused:
-                seen[key] = int(temp_of(app))
-                compiles += 1
-            t = seen[key]
-            rounds.append(Round(int(ceiling_budget), app.plan.meta.get("peak_bytes"), t,
-                                reused=reused))
+            t = compile_round(app, int(ceiling_budget))
             if t <= limit:
                 best, best_t = app, t
     if best is None and not tried_min and compiles < max_compiles + 2:
@@ -342,13 +348,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 rounds.append(Round(int(e.min_feasible_bytes), None, None, note=str(e2)))
                 app = None
         if app is not None:
-            key = plan_key(app)
-            t = seen.get(key)
-            if t is None:
-                t = int(temp_of(app))
-                compiles += 1
-            rounds.append(Round(int(app.plan.meta.get("budget") or 0), app.plan.meta.get("peak_bytes"),
-                                t, reused=key in seen))
+            t = compile_round(app, int(app.plan.meta.get("budget") or 0))
             if t <= limit:
                 best, best_t = app, t
     if best is None:

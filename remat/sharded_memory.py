@@ -35,12 +35,12 @@ follows the jaxpr's order, not XLA's post order.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import networkx as nx
 import numpy as np
 
 from remat import _jax_compat as compat
@@ -361,24 +361,11 @@ def _combine_all_reduces(ops: list, keys: dict[int, tuple]) -> list:
 def _stable_topological(ops: list) -> list:
     """``ops`` in dependency order, each as early in the given order as its operands allow."""
     prod = {o: j for j, op in enumerate(ops) for o in op.outs}
-    need = [0] * len(ops)
-    users: dict[int, list[int]] = {}
-    for j, op in enumerate(ops):
-        srcs = {prod[i] for i in op.ins if i is not None and i in prod and prod[i] != j}
-        need[j] = len(srcs)
-        for q in srcs:
-            users.setdefault(q, []).append(j)
-    heap = [j for j in range(len(ops)) if need[j] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        j = heapq.heappop(heap)
-        out.append(ops[j])
-        for u in users.get(j, ()):
-            need[u] -= 1
-            if need[u] == 0:
-                heapq.heappush(heap, u)
-    return out
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(ops)))
+    dag.add_edges_from((prod[i], j) for j, op in enumerate(ops) for i in op.ins
+                       if i is not None and i in prod and prod[i] != j)
+    return [ops[j] for j in nx.lexicographical_topological_sort(dag)]
 
 
 def predict_sharded_temp_bytes(graph, plan=None, args=None, *, fn: Callable | None = None,
