@@ -97,6 +97,8 @@ Columns (:data:`COLUMNS`; bytes are bytes, times milliseconds or seconds as name
   ``plan_budget_bytes`` / ``plan_peak_bytes``: the budget and peak in the plan's own memory
   model (``plan.meta``).
 * ``flops``: the compiled step's ``cost_analysis()["flops"]`` (a scan body counted once);
+  ``jaxpr_flops``: the step's jaxpr FLOPs (:func:`remat.flops.jaxpr_flops`: a scan body
+  times its length, recomputation included; what the CPU sweep tables compare);
   ``model_flops``: the analytic count of :func:`experiments.bench_models.model_flops`.
 * ``status``: ``ok``, ``error``, ``skipped`` or ``killed``; ``error``: the exception's type and
   text; ``notes``: fidelity warnings and other remarks.
@@ -147,7 +149,8 @@ COLUMNS = (
     "grad_rel_err", "loss_abs_err",
     "plan_s", "compile_s", "rounds", "compiled_vs_budget",
     "plan_budget_bytes", "plan_peak_bytes", "compiled_temp_bytes_applied",
-    "predicted_residual_bytes", "residual_bytes", "flops", "model_flops", "time_limit_s",
+    "predicted_residual_bytes", "residual_bytes", "flops", "jaxpr_flops", "model_flops",
+    "time_limit_s",
     "steps", "backend", "device_kind", "jax_version", "notes", "error",
 )
 BUILTINS = ("dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable",
@@ -358,6 +361,7 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
     import remat
     from experiments.bench_models import build
     from remat.fidelity import RematFidelityWarning
+    from remat.flops import jaxpr_flops
 
     warnings.filterwarnings("ignore", category=RematFidelityWarning)
 
@@ -389,6 +393,12 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
     emit({"__plan__": [[c["config"], c["policy"], _fmt_budget(c["budget"])] for c in cfgs]})
     errs = _grad_errors(jax, jnp)
     ref: dict = {}
+
+    def step_jaxpr_flops(step) -> float | None:
+        try:
+            return jaxpr_flops(jax.make_jaxpr(step)(*args))
+        except Exception:  # noqa: BLE001 - a column, not a reason to lose the row
+            return None
 
     def left() -> float:
         return math.inf if deadline_at is None else deadline_at - time.time()
@@ -445,6 +455,7 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
         compiled = jax.jit(jax.value_and_grad(model.loss)).lower(*args).compile()
         compile_s = time.perf_counter() - t0
         row = measure(cfgs[0], compiled)
+        row["jaxpr_flops"] = step_jaxpr_flops(jax.value_and_grad(model.loss))
     except Exception as e:  # noqa: BLE001
         out(cfgs[0], status="error", error=_err_text(e))
         for rest in cfgs[1:]:
@@ -525,10 +536,11 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
         t = time.perf_counter()
         try:
             pol = _save_policy(cfg["policy"])
-            compiled = jax.jit(jax.value_and_grad(model.builtin_loss(pol))).lower(*args).compile()
+            step = jax.value_and_grad(model.builtin_loss(pol))
+            compiled = jax.jit(step).lower(*args).compile()
             c_s = time.perf_counter() - t
             compile_times.append(c_s)
-            ready[i] = (compiled, {"compile_s": c_s}, [])
+            ready[i] = (compiled, {"compile_s": c_s, "jaxpr_flops": step_jaxpr_flops(step)}, [])
         except Exception as e:  # noqa: BLE001
             out(cfg, status="error", error=_err_text(e))
             todo.remove(cfg)
@@ -566,10 +578,13 @@ def run_one(model_name: str, *, size: str, policy_specs: Sequence[str], budgets,
             notes.append(f"plan status {meta['status']}")
         if getattr(app.plan, "microbatches", 1) not in (1, None):
             notes.append(f"{app.plan.microbatches} micro-batches")
+        notes += [f"scan saves {sorted(d.saved)} (group {d.group})"
+                  for d in meta.get("scans", ())]
         extra = dict(
             partial,
             rounds=getattr(app, "rounds", None),
             compiled_temp_bytes_applied=getattr(app, "compiled_temp_bytes", None),
+            jaxpr_flops=step_jaxpr_flops(vg),
             plan_budget_bytes=meta.get("budget"),
             plan_peak_bytes=meta.get("peak_bytes"),
             predicted_residual_bytes=getattr(app, "predicted_residual_bytes", None),

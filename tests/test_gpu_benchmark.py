@@ -145,3 +145,7 @@ def test_tiny_run(tmp_path):
     # the scanned model's nothing_saveable keeps less than no remat: the CPU child ran with
     # cse_barrier_expander disabled (XLA:CPU would merge the recomputation back otherwise)
     assert float(by[("flax_scan", "builtin", "nothing_saveable", "")]["temp_x"]) < 1.0
+    # jaxpr FLOPs count the recomputation: nothing_saveable runs the scan body's forward twice
+    fl = {p: float(by[("flax_scan", c, p, "")]["jaxpr_flops"])
+          for c, p in (("none", ""), ("builtin", "nothing_saveable"))}
+    assert fl["nothing_saveable"] > 1.1 * fl[""] > 0, fl
