@@ -262,6 +262,32 @@ RESULTS: tuple[Result, ...] = (
            "The budgets gpu_hierarchical_h200.csv skipped, with ScanLayers at 30 %: hierarchical "
            "kept the same 0.128x decision at 30 and 43 % (the scan-candidate gap fixed in 8e54f07, "
            "not rerun on a GPU)."),
+    Result("gpu_hierarchical_h200_rerun.csv", "Hierarchical on one H200, rerun after the scan "
+           "candidates and the loop's ceiling",
+           "# on the H200 (jax 0.11.2; highspy carried as a wheel on PYTHONPATH), code 25a30b0,\n"
+           "# two commands on one machine (runs 1-3, then 4-5):\n"
+           "export XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc\n"
+           "OUT=$OUT/scan TOTAL_S=170 DEADLINE_S=158 bash experiments/gpu_bench_run.sh "
+           "--models flax_scan --policies hierarchical --budgets 12,30,43 "
+           "--builtins dots_with_no_batch_dims_saveable,nothing_saveable\n"
+           "OUT=$OUT/tf TOTAL_S=170 DEADLINE_S=158 bash experiments/gpu_bench_run.sh "
+           "--models transformer --policies hierarchical --budgets 25,50 "
+           "--builtins dots_with_no_batch_dims_saveable\n"
+           "OUT=$OUT/gpt2 TOTAL_S=185 DEADLINE_S=173 bash experiments/gpu_bench_run.sh "
+           "--models gpt2_small --policies hierarchical --budgets 50 --builtins ''\n"
+           "OUT=$OUT/scan2 TOTAL_S=130 DEADLINE_S=120 bash experiments/gpu_bench_run.sh "
+           "--models flax_scan --policies hierarchical --budgets 25,27 --builtins dots_saveable\n"
+           "OUT=$OUT/gpt2b TOTAL_S=170 DEADLINE_S=160 bash experiments/gpu_bench_run.sh "
+           "--models gpt2_small --policies hierarchical --budgets 25 "
+           "--builtins dots_with_no_batch_dims_saveable\n"
+           "# here: the five gpu_benchmark.csv files concatenated in that order, one header, "
+           "with a `run` column (1-5)",
+           "results/hierarchical",
+           "A fourth H200 machine, after commit 8e54f07 (a scan planned around its cheapest "
+           "decisions within the budget) and the loop's ceiling compile: hierarchical against "
+           "JAX's built-ins on the scanned transformer, and the #35 budgets on the plain "
+           "transformer and gpt2_small. `step_overhead` is against the same run's no-remat step; "
+           "`jaxpr_flops` counts recomputation (a scan body times its length)."),
     Result("scan_decisions_check.csv", "The drop-in's scan decision on the full-size Flax scan",
            "python experiments/scan_decisions_check.py --code 8e54f07 "
            "--out experiments/results/scan_decisions_check.csv\n"
@@ -495,6 +521,11 @@ def _gib(value) -> str:
     return "" if value in ("", None) else f"{float(value) / 2**30:.2f}"
 
 
+def _tflops(value) -> str:
+    """FLOPs as TFLOPs with three decimals (empty stays empty)."""
+    return "" if value in ("", None) else f"{float(value) / 1e12:.3f}"
+
+
 def _short(value) -> str:
     """An error cell's type only (``InfeasibleBudgetError: ...`` -> ``InfeasibleBudgetError``)."""
     return str(value).split(":")[0]
@@ -613,6 +644,12 @@ VIEWS: tuple[View, ...] = (
         ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
         ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"), ("step ms", "step_ms"),
         ("step overhead", "step_overhead"), ("grad rel. err", "grad_rel_err")]),
+    csv_view("gpu_hierarchical_rerun", "gpu_hierarchical_h200_rerun.csv", [
+        ("run", "run"), ("model", "model"), ("config", "config"), ("policy", "policy"),
+        ("budget %", "budget"), ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"),
+        ("step ms", "step_ms"), ("step overhead", "step_overhead"),
+        ("jaxpr TFLOPs", "jaxpr_flops", _tflops), ("grad rel. err", "grad_rel_err"),
+        ("plan s", "plan_s"), ("notes", "notes", _short)]),
     csv_view("gpu_hand_policies", "gpu_hand_policies_h200.csv", [
         ("model", "model"), ("config", "config"), ("policy", "policy"), ("budget %", "budget"),
         ("temp GiB", "temp_bytes", _gib), ("temp / none", "temp_x"), ("step ms", "step_ms"),
