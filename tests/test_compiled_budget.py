@@ -384,3 +384,46 @@ def test_a_policy_refusing_every_budget_is_a_typed_error_with_an_unknown_minimum
 
     with pytest.raises(InfeasibleBudgetError, match="unknown.*the policy's own refusal"):
         fit(plan_at, lambda a: 0, 1000, first_budget=800, recomputes=lambda a: True)
+
+
+def test_the_loop_charges_a_plan_the_recomputation_its_trimmed_checkpoints_add():
+    """A stage plan that keeps every stage runs its kept stages under ``jax.checkpoint``
+    (segment trimming): JAX recomputes inside them what the backward reads, so the applied step
+    runs more FLOPs than the plan's compute counts say.  The loop's cost of such a plan is its
+    modelled cost times the applied over the planned FLOPs; a plan applied as regions (no
+    trimming) costs its modelled cost."""
+    import jax
+    import jax.numpy as jnp
+
+    from remat.apply import _cost_with_trimming, _modelled_cost, _trimmed
+    from remat.flops import jaxpr_flops
+
+    rng = np.random.default_rng(1)
+    B, T, D = 4, 32, 32
+    p = [{k: jnp.asarray(rng.normal(size=s) * 0.1, jnp.float32)
+          for k, s in (("qkv", (D, 3 * D)), ("fc1", (D, 4 * D)), ("fc2", (4 * D, D)))}
+         for _ in range(2)]
+    x = jnp.asarray(rng.normal(size=(B, T, D)), jnp.float32)
+
+    def loss(p, x):
+        for blk in p:
+            q, k, v = jnp.split(x @ blk["qkv"], 3, axis=-1)
+            s = jnp.einsum("btd,bsd->bts", q, k) / np.sqrt(D)
+            x = x + jnp.einsum("bts,bsd->btd", jax.nn.softmax(s, -1), v)
+            x = x + jax.nn.gelu(x @ blk["fc1"]) @ blk["fc2"]
+        return jnp.mean(x ** 2)
+
+    def flops(f):
+        return jaxpr_flops(jax.make_jaxpr(jax.value_and_grad(f))(p, x))
+
+    base = flops(loss)
+    cost = _cost_with_trimming(lambda: base, 0, False)
+    keep = remat.value_and_grad(loss, "checkmate", budget=remat.modelled("100%")).applied(p, x)
+    assert not (keep.plan.R.sum(0) >= 2).any()  # the plan recomputes nothing ...
+    assert _trimmed(keep)
+    applied = flops(keep.fn) / base
+    assert applied > 1.05, applied  # ... but its step runs more FLOPs
+    assert cost(keep) == pytest.approx(_modelled_cost(keep) * applied, rel=1e-9)
+    hier = remat.value_and_grad(loss, "hierarchical", budget=remat.modelled("70%")).applied(p, x)
+    assert not _trimmed(hier)
+    assert cost(hier) == _modelled_cost(hier)
