@@ -288,6 +288,18 @@ RESULTS: tuple[Result, ...] = (
            "JAX's built-ins on the scanned transformer, and the #35 budgets on the plain "
            "transformer and gpt2_small. `step_overhead` is against the same run's no-remat step; "
            "`jaxpr_flops` counts recomputation (a scan body times its length)."),
+    Result("gpu_plan_diagnosis_h200.jsonl", "What gpt2_small's 25 % and 50 % plans recompute, "
+           "one H200",
+           "# on the H200 (jax 0.11.2; highspy carried as a wheel on PYTHONPATH), code 1613687:\n"
+           "export XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/atc\n"
+           "python -m experiments.gpu_plan_diagnosis --model gpt2_small --budgets 50 25 "
+           "--out $OUT/diagnosis.jsonl",
+           "results/hierarchical",
+           "The calibrated profile, the no-remat step and the drop-in's hierarchical plans at 50 "
+           "and 25 %: compiled temp, median step time (10 steps), jaxpr and XLA cost-analysis "
+           "FLOPs and bytes, the plan's modelled cost against the no-remat graph's, and the "
+           "forward nodes each plan runs twice (FLOPs, output bytes, modelled time; contraction "
+           "nodes apart)."),
     Result("scan_decisions_check.csv", "The drop-in's scan decision on the full-size Flax scan",
            "python experiments/scan_decisions_check.py --code 8e54f07 "
            "--out experiments/results/scan_decisions_check.csv\n"
@@ -439,6 +451,17 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return out
 
 
+def _flat(record: dict, prefix: str = "") -> dict:
+    """Nested dicts as dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
+    out: dict = {}
+    for k, v in record.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def _records(records: list[dict]) -> list[str]:
     header: list[str] = []
     for r in records:
@@ -471,6 +494,10 @@ def _body(path: str, rel: str) -> list[str]:
         if not lists:
             out += ["```json", json.dumps(data, indent=1), "```"]
         return out
+    if name.endswith(".jsonl"):  # one JSON object per line: a table of the flattened lines
+        with open(path) as f:
+            records = [_flat(json.loads(line)) for line in f if line.strip()]
+        return [f"{len(records)} lines.", ""] + _records(records)
     if name.endswith(".md"):
         return ["```{include} " + rel, ":heading-offset: 1", "```"]
     with open(path) as f:
