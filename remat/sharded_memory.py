@@ -47,7 +47,8 @@ from remat import _jax_compat as compat
 from remat import xla_memory as xm
 from remat.core.errors import ExtractionError, InvalidPlanError
 
-__all__ = ["value_specs", "predict_sharded_temp_bytes", "PARTIAL_SUM", "GATHER"]
+__all__ = ["value_specs", "forward_partial_sums", "predict_sharded_temp_bytes", "PARTIAL_SUM",
+           "GATHER"]
 
 PARTIAL_SUM = "all_reduce_partial_sums"
 """The op the model adds after a contraction over a sharded dimension (an all-reduce)."""
@@ -246,6 +247,50 @@ def value_specs(program, in_specs: dict, sizes: dict) -> tuple[dict, dict, dict]
         for o, s in zip(op.outs, res):
             specs[o] = s
     return specs, partial, gathers
+
+
+def forward_partial_sums(forward, args) -> dict[int, tuple[tuple, int]]:
+    """The contractions of a forward program whose per-device results are partial sums.
+
+    A contraction over a dimension sharded on both operands over the same mesh axes (a
+    row-parallel matmul under tensor parallelism) writes per-device partial sums that an
+    all-reduce over those axes completes; recomputing it runs the all-reduce again.
+
+    Args:
+      forward: the forward program (``Program.forward`` of :func:`remat.extract`,
+        a :class:`remat.frontend.FlatJaxpr`).
+      args: the abstract arguments with their shardings (:func:`remat.sharding.abstract`).
+
+    Returns:
+      forward-equation index -> ``(mesh axes, devices in one group, per-device bytes of the
+      all-reduced result)``.
+    """
+    from remat.frontend import Lit
+    from remat.sharding import _sharding
+
+    leaves = jax.tree_util.tree_leaves(args)
+    sizes: dict = {}
+    for x in leaves:
+        mesh = getattr(_sharding(x), "mesh", None)
+        if mesh is not None:
+            sizes.update(dict(mesh.shape))
+    if not sizes:
+        return {}
+    ops = tuple(xm._Op(e.primitive.name, tuple(None if isinstance(i, Lit) else i for i in e.ins),
+                       tuple(e.outs), e.jaxpr_eqn) for e in forward.eqns)
+    program = xm._Program(ops, tuple(forward.avals),
+                          frozenset(forward.arg_ids) | frozenset(forward.const_ids),
+                          tuple(o for o in forward.out_refs if isinstance(o, int)))
+    in_specs = {v: _spec_of(_sharding(x), len(np.shape(x)))
+                for v, x in zip(forward.arg_ids, leaves)}
+    specs, partial, _ = value_specs(program, in_specs, sizes)
+    out = {}
+    for j, axes in partial.items():
+        o = ops[j].outs[0]
+        local = _local(forward.avals[o], specs[o], sizes)
+        out[j] = (tuple(axes), int(np.prod([sizes[a] for a in axes])),
+                  int(np.prod(_shape(local))) * np.dtype(local.dtype).itemsize)
+    return out
 
 
 def _local(aval, spec: Spec, sizes) -> Any:

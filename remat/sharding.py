@@ -17,6 +17,11 @@ A step whose inputs carry ``jax.sharding`` shardings (``NamedSharding`` on a ``M
   profile's ``interconnect_bw`` (:class:`remat.core.devices.DeviceProfile`): all-gather and
   reduce-scatter move ``(g - 1) / g`` of the result, all-reduce twice that, for a group of ``g``
   devices;
+* **partial sums** (tensor parallelism): a forward contraction over a dimension sharded on
+  both operands (a row-parallel matmul) writes per-device partial sums that an all-reduce
+  completes (:func:`remat.sharded_memory.forward_partial_sums`, on the forward program's
+  propagated partition specs); its node is charged the all-reduce's ring time, so recomputing
+  it runs the all-reduce again, and ``meta["sharding"]["node_collectives"]`` lists it;
 * **gathered parameters** (FSDP): a sharded differentiated argument whose global shape is the
   result of an all-gather is gathered before use.  Each forward node reading it is charged the
   gather's time (recomputing the node regathers) and the parameter's full bytes in its
@@ -25,8 +30,9 @@ A step whose inputs carry ``jax.sharding`` shardings (``NamedSharding`` on a ``M
 Limits: the shardings are those XLA picks for the program *with the extra outputs*, which may
 differ from the ones it picks for the step itself (an extra output can pin a layout); stage times
 are the global roofline times scaled by each node's per-device share of its bytes, plus its
-gathers; collectives XLA inserts in the backward (gradient all-reduce / reduce-scatter) are listed
-in ``graph.meta["sharding"]`` but are not nodes.  On XLA:CPU the gradient all-reduces are
+gathers and forward all-reduces; collectives XLA inserts in the backward (gradient all-reduce /
+reduce-scatter) are listed in ``graph.meta["sharding"]`` but charged to no node (each runs once
+whatever the plan).  On XLA:CPU the gradient all-reduces are
 combined into one tuple all-reduce at the end of the backward, so every per-device partial
 weight gradient is live at once: a floor on the compiled per-device temp that no remat plan
 lowers (the drop-in then raises :class:`~remat.core.errors.InfeasibleBudgetError` naming it).
@@ -45,6 +51,7 @@ import jax
 import numpy as np
 
 from remat.core.scan_plan import aval_bytes
+from remat.sharded_memory import forward_partial_sums
 
 __all__ = ["abstract", "n_devices", "is_sharded", "Collective", "collectives", "value_bytes",
            "per_device_graph"]
@@ -220,7 +227,8 @@ def per_device_graph(graph, args, *, step_hlo: str | None = None, device: Any = 
       ``graph`` with per-device ``out_bytes``, ``param_bytes``, ``param_bytes`` of the graph,
       ``input_bytes`` and ``time_s``, and ``meta["sharding"]``: ``n_devices``, ``collectives``
       (:class:`Collective` list), ``gathered_args`` (argument leaf -> gathered bytes),
-      ``global_out_bytes``.  ``graph`` itself when nothing is sharded.
+      ``node_collectives`` (forward node -> the collectives charged to it: the
+      all-reduces of its partial sums), ``global_out_bytes``.  ``graph`` itself when nothing is sharded.
     """
     n = n_devices(args)
     if n <= 1:
@@ -259,6 +267,16 @@ def per_device_graph(graph, args, *, step_hlo: str | None = None, device: Any = 
         param_bytes.append(int(pb))
         factors.append(ob / nd.out_bytes if nd.out_bytes else 1.0 / n)
         extra.append(sum(collective_time("all-gather", b, n, link) for b in gb))
+    # tensor parallelism: a forward contraction writing partial sums is completed by an
+    # all-reduce, which recomputing its node runs again
+    node_colls: dict[int, tuple] = {}
+    if prog.forward is not None:
+        for j, (axes, g, nb) in sorted(forward_partial_sums(prog.forward, args).items()):
+            i = int(prog.fwd_node[j])
+            c = Collective("all-reduce", nb, (), g, collective_time("all-reduce", nb, g, link),
+                           f"partial sums of forward equation {j} over {'/'.join(axes)}")
+            node_colls[i] = node_colls.get(i, ()) + (c,)
+            extra[i] += c.time_s
     times = _node_times(graph, factors, extra)
     nodes = tuple(dataclasses.replace(nd, out_bytes=ob, param_bytes=pb, time_s=t)
                   for nd, ob, pb, t in zip(graph.nodes, out_bytes, param_bytes, times))
@@ -270,6 +288,7 @@ def per_device_graph(graph, args, *, step_hlo: str | None = None, device: Any = 
         "n_devices": n,
         "collectives": tuple(colls),
         "gathered_args": gathered,
+        "node_collectives": node_colls,
         "global_out_bytes": tuple(int(nd.out_bytes) for nd in graph.nodes),
     }
     return dataclasses.replace(

@@ -71,6 +71,20 @@ out["graph"] = dict(global_param=g.param_bytes, param=pg.param_bytes, global_inp
                     gather_times=[c.time_s for c in sh["collectives"] if c.kind == "all-gather"],
                     fwd_times=[(n.time_s, o.time_s) for n, o in zip(pg.nodes, g.nodes)
                                if not n.is_backward and n.param_bytes])
+# tensor parallelism: the row-parallel layers' forward all-reduces, charged to their nodes
+tp = {}
+for lay in ("dp", "tp2xdp4"):
+    a = remat.sharding.abstract(_layout(lay, params, x))
+    pt = remat.sharding.per_device_graph(remat.extract(loss, *a), a)
+    nc = pt.meta["sharding"]["node_collectives"]
+    tp[lay] = dict(
+        charged=sorted((int(i), c.kind, c.bytes, c.group, c.time_s, pt.nodes[i].time_s)
+                       for i, cs in nc.items() for c in cs),
+        hlo_forward=sorted((c.bytes, c.group) for c in pt.meta["sharding"]["collectives"]
+                           if c.kind == "all-reduce" and "jvp(" in c.name
+                           and "transpose(" not in c.name))
+tp["link_bw"] = remat.devices.for_backend().link_bw
+out["tp"] = tp
 
 """,
     "jit": """
@@ -172,6 +186,23 @@ def test_per_device_graph_counts_shards_gathers_and_collective_time():
     assert "all-gather" in g["kinds"] and all(t > 0 for t in g["gather_times"])
     # a node reading a gathered weight pays the gather: recomputing it regathers
     assert g["fwd_times"] and all(t > 0 for t, _ in g["fwd_times"])
+
+
+def test_a_row_parallel_layer_pays_its_forward_all_reduce_when_recomputed():
+    """Tensor parallelism (the 8-layer MLP, weights alternately column- and row-sharded over a
+    2-device ``model`` axis): each row-parallel matmul writes partial sums that an all-reduce
+    completes.  The per-device graph charges each such all-reduce (ring time at the profile's
+    link bandwidth) to the node holding the matmul, one per all-reduce the compiled no-remat
+    step runs in its forward pass, with its bytes and group; data parallelism charges none."""
+    tp = _sharded("graph")["tp"]
+    assert tp["dp"]["charged"] == [] and tp["dp"]["hlo_forward"] == []
+    charged = tp["tp2xdp4"]["charged"]
+    assert len(charged) == 4  # the four row-parallel layers of eight
+    assert sorted([b, g] for _, _, b, g, _, _ in charged) == tp["tp2xdp4"]["hlo_forward"]
+    for _node, kind, nbytes, group, t, node_time in charged:
+        assert kind == "all-reduce" and group == 2 and nbytes == 8192 // 4 * 128 * 4
+        assert t == pytest.approx(collective_time("all-reduce", nbytes, 2, tp["link_bw"]))
+        assert node_time >= t > 0
 
 
 def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit():
