@@ -15,7 +15,9 @@ On the H200 (device machine, highspy carried as a wheel on ``PYTHONPATH``)::
     python -m experiments.gpu_plan_diagnosis --model gpt2_small --budgets 25 50 \\
         --out $OUT/diagnosis.jsonl
 
-Lines are written as they are made (a cut-off run keeps them).
+Lines are written as they are made (a cut-off run keeps them).  The command above made
+``experiments/results/gpu_plan_diagnosis_h200.jsonl`` (its ``$OUT/diagnosis.jsonl`` copied under
+that name); shown on ``docs/results/hierarchical.md``.
 """
 
 from __future__ import annotations
