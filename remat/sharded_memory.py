@@ -46,6 +46,9 @@ import numpy as np
 from remat import _jax_compat as compat
 from remat import xla_memory as xm
 from remat.core.errors import ExtractionError, InvalidPlanError
+from remat.frontend import Lit
+from remat.mesh import axis_sizes, n_devices
+from remat.mesh import leaf_sharding as _sharding
 
 __all__ = ["value_specs", "forward_partial_sums", "predict_sharded_temp_bytes", "PARTIAL_SUM",
            "GATHER"]
@@ -265,15 +268,8 @@ def forward_partial_sums(forward, args) -> dict[int, tuple[tuple, int]]:
       forward-equation index -> ``(mesh axes, devices in one group, per-device bytes of the
       all-reduced result)``.
     """
-    from remat.frontend import Lit
-    from remat.sharding import _sharding
-
     leaves = jax.tree_util.tree_leaves(args)
-    sizes: dict = {}
-    for x in leaves:
-        mesh = getattr(_sharding(x), "mesh", None)
-        if mesh is not None:
-            sizes.update(dict(mesh.shape))
+    sizes = axis_sizes(args)
     if not sizes:
         return {}
     ops = tuple(xm._Op(e.primitive.name, tuple(None if isinstance(i, Lit) else i for i in e.ins),
@@ -432,7 +428,6 @@ def predict_sharded_temp_bytes(graph, plan=None, args=None, *, fn: Callable | No
       Bytes per device (``int``), or a :class:`~remat.xla_memory.TempReport`.
     """
     from remat.interpreter import plan_function
-    from remat.sharding import _sharding, n_devices
 
     prog = getattr(graph, "program", None)
     if prog is None or getattr(prog, "forward", None) is None:
@@ -451,11 +446,7 @@ def predict_sharded_temp_bytes(graph, plan=None, args=None, *, fn: Callable | No
     p = xm._flatten(closed)
     leaves = jax.tree_util.tree_leaves(args)
     top = compat.open_jaxpr(closed)
-    sizes: dict = {}
-    for x in leaves:
-        mesh = getattr(_sharding(x), "mesh", None)
-        if mesh is not None:
-            sizes.update(dict(mesh.shape))
+    sizes = axis_sizes(args)
     # the flattened program numbers the top-level arguments 0..n-1 in order
     in_specs = {k: _spec_of(_sharding(x), len(np.shape(x)))
                 for k, x in zip(range(len(top.invars)), leaves)}

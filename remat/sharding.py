@@ -51,6 +51,8 @@ import jax
 import numpy as np
 
 from remat.core.scan_plan import aval_bytes
+from remat.mesh import is_sharded, n_devices
+from remat.mesh import leaf_sharding as _sharding
 from remat.sharded_memory import forward_partial_sums
 
 __all__ = ["abstract", "n_devices", "is_sharded", "Collective", "collectives", "value_bytes",
@@ -62,11 +64,6 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 
 _KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _OP = re.compile(r"=\s*(?P<type>.+?)\s+(?P<op>" + "|".join(_KINDS) + r")(?P<start>-start)?\(")
 _SHAPE = re.compile(r"\b(?P<dt>[a-z]+[0-9]*(?:e[0-9]m[0-9](?:fn)?)?)\[(?P<dims>[0-9,]*)\]")
-
-
-def _sharding(x):
-    s = getattr(x, "sharding", None)
-    return s if s is not None and len(getattr(s, "device_set", ())) > 1 else None
 
 
 def abstract(args):
@@ -84,17 +81,6 @@ def abstract(args):
         return jax.ShapeDtypeStruct(a.shape, a.dtype)
 
     return jax.tree_util.tree_map(f, args)
-
-
-def n_devices(args) -> int:
-    """The most devices one leaf of ``args`` is sharded over (1: nothing sharded)."""
-    return max((len(s.device_set) for x in jax.tree_util.tree_leaves(args)
-                if (s := _sharding(x)) is not None), default=1)
-
-
-def is_sharded(args) -> bool:
-    """Some leaf of ``args`` carries a sharding over more than one device."""
-    return n_devices(args) > 1
 
 
 def signature(args) -> tuple:
