@@ -24,22 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 import warnings
 
 
 def _time_ms(compiled, args, steps: int) -> float:
-    import jax
+    """Median step time over ``steps`` steps after one warm-up, ms."""
+    from experiments.apply_benchmark import _median_time
 
-    for _ in range(2):
-        jax.block_until_ready(compiled(*args))
-    ts = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        ts.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(ts)
+    return 1e3 * _median_time(compiled, args, steps)
 
 
 def _cost(compiled) -> dict:
