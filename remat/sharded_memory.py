@@ -252,7 +252,7 @@ def value_specs(program, in_specs: dict, sizes: dict) -> tuple[dict, dict, dict]
     return specs, partial, gathers
 
 
-def forward_partial_sums(forward, args) -> dict[int, tuple[tuple, int]]:
+def forward_partial_sums(forward, args) -> dict[int, tuple[tuple, int, int]]:
     """The contractions of a forward program whose per-device results are partial sums.
 
     A contraction over a dimension sharded on both operands over the same mesh axes (a

@@ -213,8 +213,8 @@ def per_device_graph(graph, args, *, step_hlo: str | None = None, device: Any = 
       ``graph`` with per-device ``out_bytes``, ``param_bytes``, ``param_bytes`` of the graph,
       ``input_bytes`` and ``time_s``, and ``meta["sharding"]``: ``n_devices``, ``collectives``
       (:class:`Collective` list), ``gathered_args`` (argument leaf -> gathered bytes),
-      ``node_collectives`` (forward node -> the collectives charged to it: the
-      all-reduces of its partial sums), ``global_out_bytes``.  ``graph`` itself when nothing is sharded.
+      ``node_collectives`` (forward node -> the collectives charged to it: the all-reduces of
+      its partial sums), ``global_out_bytes``.  ``graph`` itself when nothing is sharded.
     """
     n = n_devices(args)
     if n <= 1:
