@@ -83,6 +83,13 @@ for lay in ("dp", "tp2xdp4"):
         hlo=sorted((c.bytes, c.group) for c in pt.meta["sharding"]["collectives"]
                    if c.kind == "all-reduce"))
 tp["link_bw"] = remat.devices.for_backend().link_bw
+# Flax linen (nn.MultiHeadDotProductAttention, heads over `model`): two blocks, each with two
+# row-parallel contractions (the attention's output projection and the MLP's second Dense)
+fl, fp, fx = _models(128, 8192, 2, only="flax_transformer")["flax_transformer"]
+a = remat.sharding.abstract(_layout("tp2xdp4", fp, fx))
+pt = remat.sharding.per_device_graph(remat.extract(fl, *a), a)
+tp["flax"] = sorted([c.bytes, c.group] for cs in pt.meta["sharding"]["node_collectives"].values()
+                    for c in cs)
 out["tp"] = tp
 
 """,
@@ -189,7 +196,7 @@ def test_per_device_graph_counts_shards_gathers_and_collective_time():
 
 def test_a_row_parallel_layer_pays_its_forward_all_reduce_when_recomputed():
     """Tensor parallelism (the 8-layer MLP, weights alternately column- and row-sharded over a
-    2-device ``model`` axis): each row-parallel matmul writes partial sums that an all-reduce
+    2-device ``model`` axis; then the 2-block Flax linen transformer): each row-parallel matmul writes partial sums that an all-reduce
     completes.  The per-device graph charges each such all-reduce (ring time at the profile's
     link bandwidth) to the node holding the matmul, with the bytes and group of the compiled
     no-remat step's all-reduces; data parallelism charges none (its one all-reduce, of the
@@ -204,6 +211,8 @@ def test_a_row_parallel_layer_pays_its_forward_all_reduce_when_recomputed():
         assert kind == "all-reduce" and group == 2 and nbytes == 8192 // 4 * 128 * 4
         assert t == pytest.approx(collective_time("all-reduce", nbytes, 2, tp["link_bw"]))
         assert node_time >= t > 0
+    # a Flax transformer the project did not write: its 4 row-parallel einsums, 1 MiB each
+    assert tp["flax"] == [[1 << 20, 2]] * 4
 
 
 def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit():
