@@ -267,8 +267,18 @@ def forward_partial_sums(forward, args) -> dict[int, tuple[tuple, int, int]]:
     Returns:
       forward-equation index -> ``(mesh axes, devices in one group, per-device bytes of the
       all-reduced result)``.
+
+    Raises:
+      ExtractionError: ``forward`` is not a flattened program, or ``args`` has another number
+        of leaves than its arguments.
     """
+    if not all(hasattr(forward, k) for k in ("eqns", "avals", "arg_ids", "out_refs")):
+        raise ExtractionError("forward_partial_sums needs a flattened forward program "
+                              f"(Program.forward of remat.extract), got {type(forward).__name__}")
     leaves = jax.tree_util.tree_leaves(args)
+    if len(leaves) != len(forward.arg_ids):
+        raise ExtractionError(f"args has {len(leaves)} leaves, the forward program takes "
+                              f"{len(forward.arg_ids)} arguments")
     sizes = axis_sizes(args)
     if not sizes:
         return {}

@@ -300,3 +300,18 @@ def test_independent_all_reduces_over_the_same_axes_are_combined():
     order = {v: t for t, o in enumerate(out) for v in o.outs}
     assert order[3] > order[2] and order[10] > order[3]  # the tanh waits for the combined one
     assert len(out) == len(ops) - 2
+
+
+def test_forward_partial_sums_rejects_what_is_not_a_forward_program():
+    import jax.numpy as jnp
+
+    import remat
+    from remat.core.errors import ExtractionError
+    from remat.sharded_memory import forward_partial_sums
+
+    with pytest.raises(ExtractionError, match="flattened forward program"):
+        forward_partial_sums(object(), ())
+    g = remat.extract(lambda w, x: jnp.sum(jnp.tanh(x @ w)), jnp.ones((4, 4)), jnp.ones((2, 4)))
+    with pytest.raises(ExtractionError, match="leaves"):
+        forward_partial_sums(g.program.forward, (jnp.ones((4, 4)),))
+    assert forward_partial_sums(g.program.forward, (jnp.ones((4, 4)), jnp.ones((2, 4)))) == {}
