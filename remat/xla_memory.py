@@ -37,11 +37,15 @@ buffer-assignment dumps (``--xla_dump_to``):
 3. **Schedule.**  XLA:CPU orders instructions breadth-first (its concurrency-optimised
    scheduler: Kahn's algorithm, first in first out, from the program order), so an
    instruction runs as soon as its operands exist: what the backward pass needs that depends
-   only on the inputs is computed early and held through the forward pass.
+   only on the inputs is computed early and held through the forward pass.  A barrier's
+   results are read through get-tuple-elements that the queue visits last element first, so
+   of two ops a barrier releases, the one reading only later elements (a data gradient: the
+   cotangent and the weight) runs before the one reading the first (the recomputation).
 4. **Live ranges.**  A buffer lives from the instruction that writes it to the last one that
    reads it (directly or through fused values); an elementwise fusion or a scatter writes its
-   output into an operand of the same size that dies there (in place; a gradient written in
-   place holds its operand in the gradient's allocation from the operand's start).  A loop adds its
+   output into an operand of the same size that dies there (in place), unless that operand
+   passed through a barrier (a tuple element, which XLA does not reuse); a gradient written in
+   place holds its operand in the gradient's allocation from the operand's start.  A loop adds its
    body's own peak at the loop instruction, and an instruction with scratch memory
    (:mod:`remat.workspace`: a grouped convolution's weight gradient) its scratch bytes.
 5. **Buffer assignment.**  As XLA's ``BufferAssigner``: each output (the loss, every gradient)
@@ -468,7 +472,7 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
                     buf[o] = buf[src]
                 else:
                     static.add(o)
-                ready[o] = j if k == "barrier" else ready.get(src, -1)
+                ready[o] = n + o if k == "barrier" else ready.get(src, -1)
                 continue
             if mat.get(o):
                 buf[o] = o
@@ -510,17 +514,28 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
     # 3. schedule
     ex = [j for j in range(n) if executed[j]]
     if rules.schedule == "bfs":
+        # a barrier's outputs are read through get-tuple-elements (ids n + value), which XLA
+        # visits last element first: an op reading only late elements (a data gradient's
+        # cotangent and weight) runs before one reading the first (the recomputation's inputs)
         deps = {j: {ready[v] for v in reads[j] if ready.get(v, -1) >= 0} - {j} for j in ex}
+        gtes = {}
+        for j in ex:
+            if kinds[j] == "barrier":
+                gtes.update({n + o: j for o in reversed(ops[j].outs)})
+        deps.update({g: {b} for g, b in gtes.items()})
         users: dict[int, list[int]] = collections.defaultdict(list)
+        for g, b in gtes.items():
+            users[b].append(g)
         for j in ex:
             for d in sorted(deps[j]):
                 users[d].append(j)
-        left = {j: len(deps[j]) for j in ex}
+        left = {j: len(d) for j, d in deps.items()}
         queue = collections.deque(j for j in ex if left[j] == 0)
         order = []
         while queue:
             j = queue.popleft()
-            order.append(j)
+            if j < n:
+                order.append(j)
             for u in users[j]:
                 left[u] -= 1
                 if left[u] == 0:
@@ -548,6 +563,10 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
     outbufs = {buf[v] for v in outs if v in buf}
     size = {b: aval_bytes(avals[b]) * PRNG_WORDS.get(ops[prod[b]].name, 1) for b in start}
     if rules.in_place:
+        # a buffer that passes through a barrier is a tuple element too: XLA writes no fusion
+        # into it in place (the recomputed ``tanh(x @ w + b)`` of a checkpointed layer gets a
+        # buffer of its own beside the kept ``x @ w``)
+        barriered = {buf[o] for j in ex if kinds[j] == "barrier" for o in ops[j].outs if o in buf}
         for j in ex:
             k = kinds[j]
             if k not in ("fuse", "alias") and ops[j].name not in IN_PLACE:
@@ -558,7 +577,8 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
             cands = [buf[v] for v in (reads[j] if k != "heavy" else eff_in(ops[j].ins[0]))
                      if v in buf]
             for c in sorted(set(cands)):
-                if c != o and c not in outbufs and end[c] == 2 * pos[j] and size[c] == size[o]:
+                if (c != o and c not in outbufs and c not in barriered and end[c] == 2 * pos[j]
+                        and size[c] == size[o]):
                     if o in outbufs:  # an output written in place: its operand is the output
                         start[o] = min(start[o], start[c])
                         size[c] = 0
