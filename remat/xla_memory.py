@@ -418,6 +418,57 @@ def _kind(op: _Op) -> str:
     return "heavy"
 
 
+def _scalar_like(p: _Program, prod, i) -> bool:
+    """A literal, a scalar or a broadcast scalar (any layout XLA wants, for free)."""
+    if i is None or not getattr(p.avals[i], "shape", ()):
+        return True
+    op = p.ops[prod[i]] if i in prod else None
+    return op is not None and op.name == "broadcast_in_dim" and all(
+        x is None or not getattr(p.avals[x], "shape", ()) for x in op.ins)
+
+
+_SINKABLE = ELEMENTWISE - PRNG_WORDS.keys() - {"psum", "pmax", "pmin"}
+
+
+def _flat_values(p: _Program, readers) -> set[int]:
+    """Values XLA:CPU holds in the 2-D layout of a contraction: the output of a
+    ``dot_general`` with several free dimensions on a side (its dot is a 2-D dot and a reshape)
+    and, as XLA's ``ReshapeMover`` sinks that reshape, every elementwise value all of whose
+    operands are such values of one shape or scalars, when every other reader of those
+    operands sinks too (contractions and reshapes read the 2-D value and do not hold it back)."""
+    ops, avals = p.ops, p.avals
+    key: dict[int, tuple] = {}
+    for op in ops:
+        if op.name == "dot_general" and op.eqn is not None:
+            (_, _), (lb, _) = op.eqn.params["dimension_numbers"]
+            shape = tuple(getattr(avals[op.outs[0]], "shape", ()))
+            if len(shape) > len(lb) + 2:
+                key[op.outs[0]] = (int(np.prod(shape)), shape[-1])
+
+    prod = {o: j for j, op in enumerate(ops) for o in op.outs}
+    passive = ("dot_general", _COPY_DOT) + tuple(ALIAS)
+    while True:
+        cand: dict[int, tuple] = {}
+        for j, op in enumerate(ops):
+            if op.name not in _SINKABLE or op.outs[0] in key:
+                continue
+            ks = {key[i] for i in op.ins if i in key}
+            if len(ks) == 1 and all(i in key or _scalar_like(p, prod, i) for i in op.ins):
+                cand[j] = ks.pop()
+        while True:
+            drop = {r for j in cand for i in ops[j].ins if i in key
+                    if any(r2 not in cand and ops[r2].name not in passive for r2 in readers[i])
+                    for r in readers[i] if r in cand}
+            if not drop:
+                break
+            for r in drop:
+                del cand[r]
+        if not cand:
+            return set(key)
+        for j, k in cand.items():
+            key[ops[j].outs[0]] = k
+
+
 def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool = False):
     ops = p.ops
     n = len(ops)
@@ -494,6 +545,7 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
 
     executed = [kinds[j] in ("heavy", "barrier", "copy") or any(buf.get(o) == o for o in op.outs)
                 for j, op in enumerate(ops)]
+    flat = _flat_values(p, readers) if any(op.name == _COPY_DOT for op in ops) else set()
     reads: list[frozenset] = []
     for j, op in enumerate(ops):
         s: frozenset = frozenset()
@@ -501,9 +553,14 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
             for i in op.ins:
                 if i is None:
                     continue
-                if op.name == _COPY_DOT and i in prod and kinds[prod[i]] == "fuse":
+                if (op.name == _COPY_DOT and i in prod and kinds[prod[i]] == "fuse"
+                        and not (buf.get(i) == i and i in flat and len(
+                            {x for x in ops[prod[i]].ins if not _scalar_like(p, prod, x)}) > 1)):
                     # a contraction's copy is a fusion of its own: it recomputes an elementwise
-                    # operand from that operand's inputs rather than reading it
+                    # operand from that operand's inputs rather than reading it, unless the
+                    # operand is written in the 2-D layout its contractions read (XLA then
+                    # does not duplicate it: it reads at least two inputs of its size and
+                    # has a reader that cannot fuse it)
                     for x in ops[prod[i]].ins:
                         if x is not None:
                             s = s | eff_in(x)
