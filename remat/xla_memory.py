@@ -18,7 +18,11 @@ buffer-assignment dumps (``--xla_dump_to``):
    gradient's kernel) and the right operand of a contraction over several dimensions (a
    weight gradient summed over batch and sequence) are read through a transposed copy of
    their own.  A forward value copied for a convolution is read from the copy by the backward
-   pass and by fusions, so the original dies with its last forward contraction.
+   pass and by fusions, so the original dies with its last forward contraction.  A
+   contraction's copy recomputes an elementwise operand from that operand's inputs (XLA
+   duplicates it into the copy), unless the operand is written, reads two inputs of its size
+   and is held in the 2-D layout of the contractions (:func:`_flat_values`): XLA does not
+   duplicate it then, and the copy reads it.
 2. **Fusion: what is materialised.**  Contractions, convolutions, reductions, gathers and
    scatters, sorts, loops and custom calls write a buffer; a PRNG draw writes two 32-bit
    words per result word (XLA:CPU runs threefry as a loop whose state holds both halves, and
