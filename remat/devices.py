@@ -1,7 +1,8 @@
 """Measured device profiles: :func:`calibrate` times the running backend (dense matmul,
 convolution, streaming bandwidth, per-kernel launch cost and, where the device has a
 ``pinned_host`` memory, host<->device transfers) in a few seconds and returns
-``calibrated-<platform>``; :func:`host_profile` is the ``host`` profile of this machine;
+``calibrated-<platform>``; :func:`host_profile` is the ``host`` profile of this machine (:func:`fixed_host`: fixed
+rates for a block, for reproducible plans);
 :func:`for_backend` picks ``host`` on the CPU and the calibrated profile on an accelerator.
 
 The profile type, the named datasheet profiles and :func:`get` live in the numpy core,
@@ -11,6 +12,7 @@ there.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -111,9 +113,9 @@ def _ram_bytes() -> int:
         return 8 * 1024**3
 
 
-@functools.lru_cache(maxsize=1)
 def host_profile() -> DeviceProfile:
-    """The ``host`` profile from :func:`calibrate_host` (cached for the process).
+    """The ``host`` profile: this machine's, from :func:`calibrate_host` (cached for the
+    process), or the one :func:`fixed_host` sets for its block.
 
     ``flops_per_s`` = geometric mean of the dot and conv rates; ``memory_bandwidth`` = the
     elementwise rate; ``ram_bytes`` from ``sysconf``. Assumed (not measured):
@@ -121,14 +123,55 @@ def host_profile() -> DeviceProfile:
     page cache as the paging target) read 2 GB/s, write 1 GB/s, latency 0.1 ms, 5 W while
     transferring.
     """
+    return _FIXED[-1] if _FIXED else _measured_host()
+
+
+_FIXED: list[DeviceProfile] = []  # the profiles of the open fixed_host blocks, innermost last
+
+
+@contextlib.contextmanager
+def fixed_host(flops_per_s: float, memory_bandwidth: float):
+    """A block in which the ``host`` profile has the given rates (FLOP/s, bytes/s) instead of
+    measured ones, the rest as :func:`host_profile` assumes; nothing is timed.
+
+    Stage costs, and so plans and modelled times, then depend on the program alone, not on
+    the machine or its load: a sweep rerun after a change differs only by that change.
+    """
+    cpus = os.cpu_count() or 1
+    _FIXED.append(_host(float(flops_per_s), float(memory_bandwidth), (),
+                        f"Fixed rates (remat.devices.fixed_host): {flops_per_s / 1e9:.3g} "
+                        f"GFLOP/s, {memory_bandwidth / 1e9:.3g} GB/s; not measured. Assumed: "
+                        f"compute_watts = {HOST_WATTS_PER_CPU} W per CPU ({cpus} CPUs); "
+                        "storage 2 GB/s read, 1 GB/s write, 0.1 ms latency, 5 W."))
+    try:
+        yield _FIXED[-1]
+    finally:
+        _FIXED.pop()
+
+
+@functools.lru_cache(maxsize=1)
+def _measured_host() -> DeviceProfile:
     cal = calibrate_host()
     cpus = os.cpu_count() or 1
+    return _host(
+        math.sqrt(cal.dot_flops_per_s * cal.conv_flops_per_s), cal.elementwise_bytes_per_s,
+        tuple((f.name, float(getattr(cal, f.name))) for f in dataclasses.fields(cal)),
+        f"Calibrated on this machine with JAX ({cpus} CPUs): dot "
+        f"{cal.dot_flops_per_s / 1e9:.3g} GFLOP/s, conv {cal.conv_flops_per_s / 1e9:.3g} "
+        f"GFLOP/s (flops_per_s = their geometric mean), elementwise "
+        f"{cal.elementwise_bytes_per_s / 1e9:.3g} GB/s (memory_bandwidth). Assumed: "
+        f"compute_watts = {HOST_WATTS_PER_CPU} W per CPU (TDP share); storage 2 GB/s read, "
+        "1 GB/s write, 0.1 ms latency, 5 W.")
+
+
+def _host(flops_per_s: float, memory_bandwidth: float, calibration: tuple,
+          source: str) -> DeviceProfile:
     watts = 5.0  # assumed storage power
     return DeviceProfile(
         name="host",
-        flops_per_s=math.sqrt(cal.dot_flops_per_s * cal.conv_flops_per_s),
-        compute_watts=HOST_WATTS_PER_CPU * cpus,
-        memory_bandwidth=cal.elementwise_bytes_per_s,
+        flops_per_s=flops_per_s,
+        compute_watts=HOST_WATTS_PER_CPU * (os.cpu_count() or 1),
+        memory_bandwidth=memory_bandwidth,
         ram_bytes=_ram_bytes(),
         storage_read_bw=2e9,
         storage_write_bw=1e9,
@@ -136,17 +179,8 @@ def host_profile() -> DeviceProfile:
         storage_watts=watts,
         energy_per_byte_read=watts / 2e9,
         energy_per_byte_write=watts / 1e9,
-        calibration=tuple(
-            (f.name, float(getattr(cal, f.name))) for f in dataclasses.fields(cal)
-        ),
-        source=(
-            f"Calibrated on this machine with JAX ({cpus} CPUs): dot "
-            f"{cal.dot_flops_per_s / 1e9:.3g} GFLOP/s, conv {cal.conv_flops_per_s / 1e9:.3g} "
-            f"GFLOP/s (flops_per_s = their geometric mean), elementwise "
-            f"{cal.elementwise_bytes_per_s / 1e9:.3g} GB/s (memory_bandwidth). Assumed: "
-            f"compute_watts = {HOST_WATTS_PER_CPU} W per CPU (TDP share); storage 2 GB/s read, "
-            "1 GB/s write, 0.1 ms latency, 5 W."
-        ),
+        calibration=calibration,
+        source=source,
     )
 
 
@@ -475,5 +509,5 @@ register_measured("host", host_profile)
 
 __all__ = [
     "DeviceProfile", "DeviceProfileError", "HostCalibration", "available", "calibrate",
-    "calibrate_host", "for_backend", "get", "host_profile",
+    "calibrate_host", "fixed_host", "for_backend", "get", "host_profile",
 ]

@@ -202,3 +202,26 @@ def test_host_calibration_is_plausible_and_cached():
     assert devices.calibrate_host() is cal and devices.get("host") is host
     assert devices.calibrate_host.cache_info().hits == hits + 1
     assert dict(host.calibration)["dot_flops_per_s"] == cal.dot_flops_per_s
+
+
+def test_fixed_host_pins_the_host_profile_for_a_block_and_nests():
+    """Inside ``fixed_host`` the ``host`` profile has the given rates and times nothing, so an
+    extracted graph's stage costs are the same in two blocks; blocks nest and restore."""
+    import jax.numpy as jnp
+
+    def loss(w, x):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    w, x = jnp.ones((32, 32)), jnp.ones((8, 32))
+    with devices.fixed_host(1e9, 2e9) as prof:
+        assert devices.get("host") == prof
+        assert (prof.name, prof.flops_per_s, prof.memory_bandwidth) == ("host", 1e9, 2e9)
+        assert prof.calibration == ()
+        with devices.fixed_host(4e9, 2e9):
+            assert devices.get("host").flops_per_s == 4e9
+            fast = remat.extract(loss, w, x).costs
+        assert devices.get("host").flops_per_s == 1e9
+        slow = remat.extract(loss, w, x).costs
+        again = remat.extract(loss, w, x).costs
+    assert (slow == again).all() and (slow >= fast).all() and (slow > fast).any()
+    assert not devices._FIXED
