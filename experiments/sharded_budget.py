@@ -29,6 +29,10 @@ writes ``experiments/results/sharded_fsdp_choices.csv``::
 
     python -m experiments.sharded_budget --fsdp-choices
 
+Every run plans with the ``host`` profile fixed at :data:`HOST_RATES` (no timing), so the
+stage costs, plans and modelled times are the same on every rerun; ``--measured-host`` uses
+this machine's measured profile.
+
 Layouts on 8 devices: ``dp`` (parameters replicated, batch over ``data``), ``fsdp`` (parameters'
 first axis and the batch over ``data``: XLA all-gathers each weight before use) and ``tp2xdp4``
 (a 4 x 2 mesh: batch over ``data``, weights alternately column- and row-sharded over ``model``,
@@ -56,6 +60,10 @@ import time
 FLAGS = "--xla_force_host_platform_device_count=8 --xla_disable_hlo_passes=cse_barrier_expander"
 FLAGS16 = FLAGS.replace("count=8", "count=16")
 OUT = os.path.join(os.path.dirname(__file__), "results", "sharded_budget.csv")
+HOST_RATES = (5e10, 3.5e10)
+"""The ``host`` profile's rates the runs plan with (FLOP/s, bytes/s: this 2-core machine's
+calibration, rounded; :func:`remat.devices.fixed_host`), so a rerun differs only by what
+changed in the code; ``--measured-host`` plans with the measured profile instead."""
 LAYOUTS = ("dp", "fsdp", "tp2xdp4")
 MODELS = ("mlp", "transformer", "flax_mlp", "flax_transformer")
 FIELDS = ("layout", "model", "budget", "status", "budget_bytes", "no_remat_temp", "modelled_peak",
@@ -486,10 +494,20 @@ def main(argv=None) -> None:
     ap.add_argument("--fsdp-choices", action="store_true", help="FSDP: the plan against the "
                     "same plan keeping its regathered stages (fsdp_choices), for --models and "
                     "--budgets; writes " + os.path.basename(OUT_FSDP))
+    ap.add_argument("--measured-host", action="store_true", help="plan with this machine's "
+                    "measured host profile instead of the fixed rates HOST_RATES")
     a = ap.parse_args(argv)
+    import contextlib
     import warnings
 
+    from remat import devices
+
     warnings.simplefilter("ignore")
+    with contextlib.nullcontext() if a.measured_host else devices.fixed_host(*HOST_RATES):
+        _run(a)
+
+
+def _run(a) -> None:
     if a.mesh16:
         _write_rows(OUT16, FIELDS16, plan_abstract16())
         return
@@ -498,22 +516,13 @@ def main(argv=None) -> None:
                                             for b in a.budgets.split(",")
                                             for r in fsdp_choices(m, b)))
         return
-    rows = []
-    for layout in a.layouts.split(","):
-        for model in a.models.split(","):
-            for budget in a.budgets.split(","):
-                row = run_case(layout, model, budget)
-                rows.append(row)
-                if a.json:
-                    print(json.dumps(row), flush=True)
-                else:
-                    print(row, file=sys.stderr, flush=True)
-    if not a.json:
-        with open(a.out, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in FIELDS})
+    rows = (run_case(layout, model, budget) for layout in a.layouts.split(",")
+            for model in a.models.split(",") for budget in a.budgets.split(","))
+    if a.json:
+        for row in rows:
+            print(json.dumps(row), flush=True)
+    else:  # rows written as they are made (an interrupted run keeps its rows)
+        _write_rows(a.out, FIELDS, rows)
 
 
 if __name__ == "__main__":
