@@ -48,8 +48,9 @@ buffer-assignment dumps (``--xla_dump_to``):
 4. **Live ranges.**  A buffer lives from the instruction that writes it to the last one that
    reads it (directly or through fused values); an elementwise fusion or a scatter writes its
    output into an operand of the same size that dies there (in place), unless that operand
-   passed through a barrier (a tuple element, which XLA does not reuse); a gradient written in
-   place holds its operand in the gradient's allocation from the operand's start.  A loop adds its
+   passed through a barrier (a tuple element, which XLA does not reuse); the two are one
+   allocation, at one offset, from the operand's start to the output's end (XLA colocates
+   them), so a gradient written in place holds its operand in the gradient's allocation.  A loop adds its
    body's own peak at the loop instruction, and an instruction with scratch memory
    (:mod:`remat.workspace`: a grouped convolution's weight gradient) its scratch bytes.
 5. **Buffer assignment.**  As XLA's ``BufferAssigner``: each output (the loss, every gradient)
@@ -62,8 +63,8 @@ buffer-assignment dumps (``--xla_dump_to``):
 
 Accuracy (``experiments/results/memory_model_jax*.csv``: six models, no remat, sqrt(n),
 Checkmate at 30/50/70%, the scan planner on the scanned model; the plan's simulated peak was
-0.8-5.5x the compiled temp): within 10% on 26 of 30 rows on jax 0.8 and 24 of 30 on jax 0.12.
-Not within 10%: zoo ``gpt2_small`` (0.8: 0.78-1.11 on three Checkmate plans; 0.12: 0.63-0.79
+0.8-5.5x the compiled temp): within 10% on 27 of 30 rows on jax 0.8 and 24 of 30 on jax 0.12.
+Not within 10%: zoo ``gpt2_small`` (0.8: 0.77-0.82 on two Checkmate plans; 0.12: 0.63-1.13
 on all five, where XLA packs the thirteen dropout loops' state into an arena 12-39% above its
 own peak of live buffers) and ResNet-50 at 30% (0.84-0.88).
 
@@ -628,7 +629,7 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
         # into it in place (the recomputed ``tanh(x @ w + b)`` of a checkpointed layer gets a
         # buffer of its own beside the kept ``x @ w``)
         barriered = {buf[o] for j in ex if kinds[j] == "barrier" for o in ops[j].outs if o in buf}
-        for j in ex:
+        for j in sorted(ex, key=pos.__getitem__):
             k = kinds[j]
             if k not in ("fuse", "alias") and ops[j].name not in IN_PLACE:
                 continue
@@ -640,11 +641,10 @@ def _analyse(p: _Program, rules: Rules, *, top: bool = True, want_detail: bool =
             for c in sorted(set(cands)):
                 if (c != o and c not in outbufs and c not in barriered and end[c] == 2 * pos[j]
                         and size[c] == size[o]):
-                    if o in outbufs:  # an output written in place: its operand is the output
-                        start[o] = min(start[o], start[c])
-                        size[c] = 0
-                    else:
-                        end[c] = 2 * pos[j] - 1
+                    # XLA colocates them: one allocation at one offset for the chain's life
+                    # (an output written in place holds its operand in the output allocation)
+                    start[o] = min(start[o], start[c])
+                    size[c] = 0
                     break
     loops = {}
     for j in ex:
