@@ -154,6 +154,14 @@ def _dot_spec(op, specs, avals):
             gl[a] = tuple(x for x in lhs[a] if x in ra)
         if ra - la:
             gr[b] = tuple(x for x in rhs[b] if x in la)
+    # a mesh axis on free dimensions of both operands can shard only one output dimension:
+    # the smaller operand is gathered on its dimension (XLA all-gathers an FSDP weight for
+    # the data gradient of a batch-sharded cotangent)
+    lsz, rsz = (int(np.prod(_shape(avals[i]))) for i in op.ins)
+    taken = {x for k in lf for x in gl[k]} if lsz >= rsz else {x for k in rf for x in gr[k]}
+    for k in (rf if lsz >= rsz else lf):
+        g = gr if lsz >= rsz else gl
+        g[k] = tuple(x for x in g[k] if x not in taken)
     if tuple(gl) != lhs:
         gathers.append((0, tuple(gl)))
     if tuple(gr) != rhs:
