@@ -201,6 +201,15 @@ RESULTS: tuple[Result, ...] = (
            "The six models of the compiled-memory report at 30/50/70/90 % of the compiled no-remat "
            "temp: compiled temp, loop rounds and compiles, predicted temp, gradient error, the "
            f"applied step's jaxpr FLOPs over jax.value_and_grad's ({_CPU})."),
+    Result("compiled_budget_hierarchical_tanh_rerun_jax0.12.0.1.csv", "The hierarchical "
+           "drop-in on the tanh MLP at 30 and 50 %, rerun after the memory model's barrier rules",
+           "python experiments/compiled_budget_report.py --models tanh_mlp --policies "
+           "hierarchical --pcts 30 50 --out "
+           "experiments/results/compiled_budget_hierarchical_tanh_rerun_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "The two budgets at which hierarchical ran more FLOPs than Checkmate-stage in the "
+           "sweep, rerun when the predicted temp of its plans became exact: the same columns as "
+           f"the sweep ({_CPU})."),
     Result("compiled_budget_checkmate_sweep_jax0.12.0.1.csv", "Checkmate (stage level) on the "
            "compiled-memory models, 30-90 %",
            "python experiments/compiled_budget_report.py --policies checkmate "

@@ -28,7 +28,11 @@ and 2)::
     python experiments/compiled_budget_report.py --policies checkmate --pcts 30 50 70 90 \
         --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
 
-shown on ``docs/results/hierarchical.md``.
+shown on ``docs/results/hierarchical.md``, with the tanh MLP's two budgets where hierarchical
+ran more FLOPs rerun after the memory model's barrier rules::
+
+    python experiments/compiled_budget_report.py --models tanh_mlp --policies hierarchical \
+        --pcts 30 50 --out experiments/results/compiled_budget_hierarchical_tanh_rerun_jax0.12.0.1.csv
 """
 
 from __future__ import annotations
