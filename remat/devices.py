@@ -137,12 +137,9 @@ def fixed_host(flops_per_s: float, memory_bandwidth: float):
     Stage costs, and so plans and modelled times, then depend on the program alone, not on
     the machine or its load: a sweep rerun after a change differs only by that change.
     """
-    cpus = os.cpu_count() or 1
     _FIXED.append(_host(float(flops_per_s), float(memory_bandwidth), (),
                         f"Fixed rates (remat.devices.fixed_host): {flops_per_s / 1e9:.3g} "
-                        f"GFLOP/s, {memory_bandwidth / 1e9:.3g} GB/s; not measured. Assumed: "
-                        f"compute_watts = {HOST_WATTS_PER_CPU} W per CPU ({cpus} CPUs); "
-                        "storage 2 GB/s read, 1 GB/s write, 0.1 ms latency, 5 W."))
+                        f"GFLOP/s, {memory_bandwidth / 1e9:.3g} GB/s; not measured."))
     try:
         yield _FIXED[-1]
     finally:
@@ -152,36 +149,24 @@ def fixed_host(flops_per_s: float, memory_bandwidth: float):
 @functools.lru_cache(maxsize=1)
 def _measured_host() -> DeviceProfile:
     cal = calibrate_host()
-    cpus = os.cpu_count() or 1
     return _host(
         math.sqrt(cal.dot_flops_per_s * cal.conv_flops_per_s), cal.elementwise_bytes_per_s,
         tuple((f.name, float(getattr(cal, f.name))) for f in dataclasses.fields(cal)),
-        f"Calibrated on this machine with JAX ({cpus} CPUs): dot "
-        f"{cal.dot_flops_per_s / 1e9:.3g} GFLOP/s, conv {cal.conv_flops_per_s / 1e9:.3g} "
-        f"GFLOP/s (flops_per_s = their geometric mean), elementwise "
-        f"{cal.elementwise_bytes_per_s / 1e9:.3g} GB/s (memory_bandwidth). Assumed: "
-        f"compute_watts = {HOST_WATTS_PER_CPU} W per CPU (TDP share); storage 2 GB/s read, "
-        "1 GB/s write, 0.1 ms latency, 5 W.")
+        f"Calibrated on this machine with JAX: dot {cal.dot_flops_per_s / 1e9:.3g} GFLOP/s, "
+        f"conv {cal.conv_flops_per_s / 1e9:.3g} GFLOP/s (flops_per_s = their geometric mean), "
+        f"elementwise {cal.elementwise_bytes_per_s / 1e9:.3g} GB/s (memory_bandwidth).")
 
 
-def _host(flops_per_s: float, memory_bandwidth: float, calibration: tuple,
-          source: str) -> DeviceProfile:
-    watts = 5.0  # assumed storage power
+def _host(flops: float, bandwidth: float, calibration: tuple, source: str) -> DeviceProfile:
+    cpus, watts = os.cpu_count() or 1, 5.0  # watts: assumed storage power
     return DeviceProfile(
-        name="host",
-        flops_per_s=flops_per_s,
-        compute_watts=HOST_WATTS_PER_CPU * (os.cpu_count() or 1),
-        memory_bandwidth=memory_bandwidth,
-        ram_bytes=_ram_bytes(),
-        storage_read_bw=2e9,
-        storage_write_bw=1e9,
-        storage_latency_s=1e-4,
-        storage_watts=watts,
-        energy_per_byte_read=watts / 2e9,
-        energy_per_byte_write=watts / 1e9,
+        name="host", flops_per_s=flops, compute_watts=HOST_WATTS_PER_CPU * cpus,
+        memory_bandwidth=bandwidth, ram_bytes=_ram_bytes(), storage_read_bw=2e9,
+        storage_write_bw=1e9, storage_latency_s=1e-4, storage_watts=watts,
+        energy_per_byte_read=watts / 2e9, energy_per_byte_write=watts / 1e9,
         calibration=calibration,
-        source=source,
-    )
+        source=f"{source} Assumed ({cpus} CPUs): compute_watts = {HOST_WATTS_PER_CPU} W per "
+               "CPU (TDP share); storage 2 GB/s read, 1 GB/s write, 0.1 ms latency, 5 W.")
 
 
 # ------------------------------------------------------------------- calibrate
