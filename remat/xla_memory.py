@@ -50,9 +50,9 @@ buffer-assignment dumps (``--xla_dump_to``):
    output into an operand of the same size that dies there (in place), unless that operand
    passed through a barrier (a tuple element, which XLA does not reuse); the two are one
    allocation, at one offset, from the operand's start to the output's end (XLA colocates
-   them), so a gradient written in place holds its operand in the gradient's allocation.  A loop adds its
-   body's own peak at the loop instruction, and an instruction with scratch memory
-   (:mod:`remat.workspace`: a grouped convolution's weight gradient) its scratch bytes.
+   them), so a gradient written in place holds its operand in the gradient's allocation.  A
+   loop adds its body's own peak at the loop instruction, and an instruction with scratch
+   memory (:mod:`remat.workspace`: a grouped convolution's weight gradient) its scratch bytes.
 5. **Buffer assignment.**  As XLA's ``BufferAssigner``: each output (the loss, every gradient)
    has its own allocation, outside temp; a temporary that fits in an output's allocation and
    whose life does not overlap the output's (or the other temporaries' already there) goes
