@@ -2,7 +2,8 @@
 convolution, streaming bandwidth, per-kernel launch cost and, where the device has a
 ``pinned_host`` memory, host<->device transfers) in a few seconds and returns
 ``calibrated-<platform>``; :func:`host_profile` is the ``host`` profile of this machine
-(:func:`fixed_host`: fixed rates for a block, for reproducible plans); :func:`for_backend` picks ``host`` on the CPU and the calibrated profile on an accelerator.
+(:func:`fixed_host`: fixed rates for a block, for reproducible plans); :func:`for_backend`
+picks ``host`` on the CPU and the calibrated profile on an accelerator.
 
 The profile type, the named datasheet profiles and :func:`get` live in the numpy core,
 :mod:`remat.core.devices`, and are re-exported here; importing this module registers ``host``
