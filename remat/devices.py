@@ -132,12 +132,13 @@ _FIXED: list[DeviceProfile] = []  # the profiles of the open fixed_host blocks, 
 @contextlib.contextmanager
 def fixed_host(flops_per_s: float, memory_bandwidth: float):
     """A block in which the ``host`` profile has the given rates (FLOP/s, bytes/s) instead of
-    measured ones, the rest as :func:`host_profile` assumes; nothing is timed.
-
-    Stage costs, and so plans and modelled times, then depend on the program alone, not on
-    the machine or its load: a sweep rerun after a change differs only by that change.
-    """
-    _FIXED.append(_host(float(flops_per_s), float(memory_bandwidth), (),
+    measured ones, the rest as :func:`host_profile` assumes; nothing is timed, so stage costs,
+    plans and modelled times depend on the program alone, not on the machine or its load."""
+    try:
+        flops_per_s, memory_bandwidth = float(flops_per_s), float(memory_bandwidth)
+    except (TypeError, ValueError) as e:
+        raise DeviceProfileError(f"fixed_host needs numeric rates, got {e}") from None
+    _FIXED.append(_host(flops_per_s, memory_bandwidth, (),
                         f"Fixed rates (remat.devices.fixed_host): {flops_per_s / 1e9:.3g} "
                         f"GFLOP/s, {memory_bandwidth / 1e9:.3g} GB/s; not measured."))
     try:

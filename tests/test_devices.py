@@ -226,4 +226,6 @@ def test_fixed_host_pins_the_host_profile_for_a_block_and_nests():
     assert (slow == again).all() and (slow >= fast).all() and (slow > fast).any()
     with pytest.raises(DeviceProfileError, match="flops_per_s"), devices.fixed_host(0, 2e9):
         pass  # pragma: no cover - the block is not entered
+    with pytest.raises(DeviceProfileError, match="numeric"), devices.fixed_host("fast", 2e9):
+        pass  # pragma: no cover - the block is not entered
     assert not devices._FIXED
