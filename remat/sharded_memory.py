@@ -158,10 +158,10 @@ def _dot_spec(op, specs, avals):
     # the smaller operand is gathered on its dimension (XLA all-gathers an FSDP weight for
     # the data gradient of a batch-sharded cotangent)
     lsz, rsz = (int(np.prod(_shape(avals[i]))) for i in op.ins)
-    taken = {x for k in lf for x in gl[k]} if lsz >= rsz else {x for k in rf for x in gr[k]}
-    for k in (rf if lsz >= rsz else lf):
-        g = gr if lsz >= rsz else gl
-        g[k] = tuple(x for x in g[k] if x not in taken)
+    (big, bf), (small, sf) = ((gl, lf), (gr, rf)) if lsz >= rsz else ((gr, rf), (gl, lf))
+    taken = {x for k in bf for x in big[k]}
+    for k in sf:
+        small[k] = tuple(x for x in small[k] if x not in taken)
     if tuple(gl) != lhs:
         gathers.append((0, tuple(gl)))
     if tuple(gr) != rhs:
