@@ -12,11 +12,11 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    predicted temp), first step the same way on up to ``MAX_PREDICTIONS`` predicted temps,
    compiling nothing, and start from the largest internal budget predicted to fit;
 2. lower and compile the applied plan ahead of time (nothing runs), read its temp ``t_k``;
-3. keep the best round with ``t_k <= T (1 + tol)`` (least modelled compute cost where the
-   caller gives costs, as the drop-in does; else the largest temp); stop when one uses at least
-   ``ACCEPT * T`` or recomputes nothing; otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio,
-   kept inside the bracket of internal budgets known to fit / not to fit; their geometric mean
-   when it falls outside);
+3. keep the best round with ``t_k <= T (1 + tol)`` (:data:`TOLERANCE`, 0: the budget is a
+   cap): of least modelled compute cost where the caller gives costs, as the drop-in does,
+   else of the largest temp; stop when one uses at least ``ACCEPT * T`` or recomputes nothing;
+   otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio, kept inside the bracket of internal
+   budgets known to fit / not to fit; their geometric mean when it falls outside);
 4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure;
    :func:`plan_key`: where paging is offloaded, a plan's page-outs make it distinct); when
    none fits, compile the plan at the caller's ceiling (an internal budget at which nothing is
@@ -49,13 +49,17 @@ import numpy as np
 from remat.core.budget import Modelled, resolve_against
 from remat.core.errors import InfeasibleBudgetError, RematError, format_bytes
 
-__all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "MAX_COMPILES", "temp_bytes", "step_compiled", "step_temp_bytes",
+__all__ = ["FLAG", "budget_semantics", "compiled_notes", "recomputes", "takes_budget", "Round", "Fit", "ACCEPT", "TOLERANCE", "NO_SAVING", "MAX_COMPILES", "temp_bytes", "step_compiled", "step_temp_bytes",
            "keeps_checkpoint", "plan_key", "fit"]
 
 FLAG = "--xla_disable_hlo_passes=cse_barrier_expander"
 """The ``XLA_FLAGS`` value that keeps ``jax.checkpoint`` on XLA:CPU (set before JAX starts)."""
-TOLERANCE = 0.05
-"""A round fits when its compiled temp is at most the budget times ``1 + TOLERANCE``."""
+TOLERANCE = 0.0
+"""A round fits when its compiled temp is at most the budget times ``1 + TOLERANCE``: the
+budget is a cap (a caller of :func:`fit` may pass a looser ``tolerance``)."""
+NO_SAVING = 0.95
+"""A plan that recomputes and compiles to at least this fraction of the no-remat temp saves
+nothing worth its recomputation (a warning)."""
 ACCEPT = 0.95
 """The loop stops at a fitting round that uses at least this fraction of the budget."""
 MAX_COMPILES = 4
@@ -165,23 +169,30 @@ def plan_key(app) -> bytes:
     return key
 
 
-def _next_budget(b: int, target: int, temp: int, lo: int, hi: float) -> int:
-    """``b * target / temp`` (the local ratio), or, outside the bracket ``(lo, hi)`` of internal
-    budgets known to fit / not to fit, its geometric mean (twice ``b`` while ``hi`` is open)."""
-    nxt = int(b * target / max(temp, 1))
+def _next_budget(b: int, target: int, temp: int, lo: int, hi: float, power: int = 1) -> int:
+    """``b (target / temp)^power`` (the local ratio; ``power`` doubles each time a step leaves
+    the compiled temp as it was, so a step too small to change it grows), or, outside the bracket
+    ``(lo, hi)`` of internal budgets known to fit / not to fit, its geometric mean (twice ``b``
+    while ``hi`` is open)."""
+    ratio = (target / max(temp, 1)) ** min(power, 64)
+    nxt = int(b * ratio) if math.isfinite(b * ratio) else -1
     if not lo < nxt < hi:
         nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
     return nxt
 
 
 def _predicted_start(plan_at, predict_of, recomputes_of, target: int, first_budget: int,
-                     accept: float, max_predictions: int, rounds: list) -> int:
-    """The internal budget to compile first: the largest of up to ``max_predictions`` tried
-    (the same ratio steps as the compiled loop) whose plan's predicted temp is within
-    ``target``, else ``first_budget``; each try is recorded in ``rounds``."""
-    lo, hi = 0, math.inf
+                     accept: float, max_predictions: int, rounds: list,
+                     bracket: tuple[int, float] = (0, math.inf), onward: bool = False) -> int:
+    """The internal budget to compile next: the largest of the budgets tried (the same ratio
+    steps as the compiled loop, inside ``bracket``, the internal budgets known to fit / not
+    to fit) whose plan's predicted temp is within ``target``, else ``first_budget`` (with
+    ``onward``, the step after the last budget tried); tries stop when ``rounds`` holds
+    ``max_predictions`` predicted rounds, each recorded there."""
+    lo, hi = bracket
     b, best = max(int(first_budget), 0), None
     tried_min = False
+    power, prev_p = 1, None
     for _ in range(2 * max_predictions):
         if sum(r.predicted_temp is not None for r in rounds) >= max_predictions:
             break
@@ -206,11 +217,14 @@ def _predicted_start(plan_at, predict_of, recomputes_of, target: int, first_budg
                 break
         else:
             hi = min(hi, b)
-        nxt = _next_budget(b, target, p, lo, hi)
+        power, prev_p = (2 * power if p == prev_p else 1), p
+        nxt = _next_budget(b, target, p, lo, hi, power)
         if nxt == b:
             break
         b = nxt
-    return int(first_budget) if best is None else best
+    if best is None:
+        return b if onward else int(first_budget)
+    return best
 
 
 def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: int, *,
@@ -265,6 +279,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
     lo, hi = 0, math.inf  # internal budgets known to fit / not to fit
     compiles = 0
     tried_min = False
+    power, prev_t = 1, None
     b = max(int(first_budget), 0)
     if predict_of is not None and max_predictions > 0:
         made: dict[int, Any] = {}
@@ -277,6 +292,20 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
 
         b = _predicted_start(plan_at, predict_of, recomputes, target, b, accept, max_predictions,
                              rounds)
+
+    def _recalibrated_next(app, t: int, nxt: int, bracket) -> int:
+        """After a compile: the predictor scaled by this plan's compiled over predicted temp
+        (its error nearest the plans to come) steps from ``nxt`` on up to
+        ``max_predictions // 2`` more predictions (:func:`_predicted_start`); where none is
+        predicted to fit, the compile goes past the last of them."""
+        try:
+            scale = t / max(int(predict_of(app)), 1)
+        except RematError:
+            return nxt
+        done = sum(r.predicted_temp is not None for r in rounds)
+        return _predicted_start(plan_at, lambda a: scale * predict_of(a), recomputes, target, nxt,
+                                accept, done + max(max_predictions // 2, 1), rounds, bracket,
+                                onward=True)
     for _ in range(3 * max_compiles + 2):  # planning refusals cost no compile
         try:
             app = plan_at(b)
@@ -306,11 +335,15 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
                 break
         else:
             hi = min(hi, b)
-        nxt = _next_budget(b, target, t, lo, hi)
+        stalled = rounds[-1].reused or t == prev_t  # the step did not change the figure
+        power, prev_t = (2 * power if stalled else 1), t
+        nxt = _next_budget(b, target, t, lo, hi, power)
         if nxt == b or (rounds[-1].reused and nxt in {r.internal_budget for r in rounds}):
             if best is not None or tried_min:
                 break
             nxt = 0  # nothing fits yet: go to the policy's smallest budget
+        elif predict_of is not None and not rounds[-1].reused and lo < nxt < hi:
+            nxt = _recalibrated_next(app, t, nxt, (lo, hi))
         b = nxt
 
     def compile_round(app, b: int) -> int:
@@ -416,7 +449,7 @@ def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
             "kept stages (segment trimming), so even keeping everything compiles below the "
             "budget; keeping values inside stages is an op-level choice stage plans cannot make")
         notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: {why}")
-    if recomputes(app) and compiled >= (1 - TOLERANCE) * baseline:
+    if recomputes(app) and compiled >= NO_SAVING * baseline:
         notes.append(f"warning: the plan recomputes but its compiled temp "
                      f"{format_bytes(compiled)} saves nothing against the no-remat step's "
                      f"{format_bytes(baseline)}")

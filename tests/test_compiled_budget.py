@@ -73,7 +73,7 @@ def test_loop_lands_in_the_budget_when_the_model_over_counts_4x():
     plan_at, temp_of, calls = _world(400, lambda level: level // 4 + 50)
     # the model says 10 000 bytes where XLA compiles 2 550: the first internal budget scales by it
     res = fit(plan_at, temp_of, 1000, first_budget=1000 * 10_000 // 2_550, recomputes=lambda a: True)
-    assert res.compiled_temp <= 1000 * 1.05
+    assert res.compiled_temp <= 1000  # the budget is a cap
     assert res.compiled_temp >= 0.9 * 1000  # uses the budget
     assert res.compiles == calls["compile"] <= 4
     assert [r.compiled_temp for r in res.rounds if r.compiled_temp is not None]
@@ -82,8 +82,15 @@ def test_loop_lands_in_the_budget_when_the_model_over_counts_4x():
 def test_loop_corrects_an_under_estimate_and_never_returns_a_plan_over_the_budget():
     plan_at, temp_of, _ = _world(400, lambda level: 3 * level)
     res = fit(plan_at, temp_of, 6000, first_budget=6000, recomputes=lambda a: True)
-    assert res.compiled_temp <= 6000 * 1.05
-    assert res.rounds[0].compiled_temp > 6000 * 1.05  # the first guess did not fit
+    assert res.compiled_temp <= 6000
+    assert res.rounds[0].compiled_temp > 6000  # the first guess did not fit
+
+
+def test_the_budget_is_a_cap_a_plan_two_percent_over_is_not_returned():
+    plan_at, temp_of, _ = _world(0, lambda level: int(level * 1.02))
+    res = fit(plan_at, temp_of, 5000, first_budget=5000, recomputes=lambda a: True)
+    assert res.rounds[0].compiled_temp == 5100  # the first plan, 2 % over
+    assert res.compiled_temp <= 5000
 
 
 def test_loop_reports_the_smallest_compiled_temp_when_nothing_fits():
@@ -148,14 +155,35 @@ def test_predictions_choose_where_the_loop_starts_compiling():
     assert 1 <= len(predicted) <= 4 and all(r.compiled_temp is None for r in predicted)
 
 
+def test_a_compile_rescales_the_predictions_that_choose_the_next_plan():
+    """Plans between internal budgets 10 000 and 12 300 all compile to the same 8 488 bytes,
+    3 % over the budget, and the predictor reads 2 000 bytes low everywhere.  Stepping by the
+    compiled ratio alone (3 % a step) spends the loop's compiles there and refuses a budget
+    that plans below 10 000 meet; predictions scaled by the last compile's error, with steps
+    that grow while the figure does not change, reach them."""
+    def compiled(level):
+        if level >= 12_400:
+            return int(0.7 * level)
+        if level >= 10_000:
+            return 8_488
+        return 6_000 + level // 10 if level >= 7_000 else 11_000
+
+    plan_at, temp_of, calls = _world(0, compiled, levels=range(0, 16_001, 100))
+    res = fit(plan_at, temp_of, 8_240, first_budget=16_000, recomputes=lambda a: True,
+              predict_of=lambda a: compiled(a.plan.meta["level"]) - 2_000)
+    assert res.compiled_temp <= 8_240, res.rounds
+    assert 7_000 <= res.applied.plan.meta["level"] < 10_000
+    assert res.compiles == calls["compile"] <= 4
+
+
 def test_a_wrong_prediction_is_corrected_by_the_compiles():
     """Predictions 3x under the compiled temp start the loop too high; what it returns is
     still a compiled plan within the budget."""
     plan_at, temp_of, _ = _world(400, lambda level: 3 * level)
     res = fit(plan_at, temp_of, 6000, first_budget=6000, recomputes=lambda a: True,
               predict_of=lambda a: a.plan.meta["level"])
-    assert res.compiled_temp <= 6000 * 1.05
-    assert any(r.compiled_temp is not None and r.compiled_temp > 6000 * 1.05 for r in res.rounds)
+    assert res.compiled_temp <= 6000
+    assert any(r.compiled_temp is not None and r.compiled_temp > 6000 for r in res.rounds)
 
 
 def test_with_costs_the_loop_returns_the_cheapest_fitting_plan():
@@ -221,7 +249,7 @@ def test_semantics_follow_what_the_compiler_keeps():
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-7)
     if keeps_checkpoint(jax.default_backend()):
         assert app.budget_semantics == "compiled"
-        assert app.compiled_temp_bytes <= 1.05 * app.budget_bytes
+        assert app.compiled_temp_bytes <= app.budget_bytes
     else:
         assert app.budget_semantics == "modelled-fallback"
         assert any("undoes jax.checkpoint" in str(x.message) for x in w)
@@ -309,12 +337,12 @@ def test_compiled_budget_end_to_end_with_the_flag():
     assert len(rows) == 4
     for r in rows:
         if r["error"]:  # a typed refusal naming the smallest compiled temp reached
-            assert r["min_feasible"] > r["budget"] * 1.05, r
+            assert r["min_feasible"] > r["budget"], r
             continue
         assert r["semantics"] == "compiled", r
         assert r["baseline"] == r["base"], r
         # the public transform's compiled step, compiled here independently
-        assert r["compiled"] <= 1.05 * r["budget"], r
+        assert r["compiled"] <= r["budget"], r
         assert r["compiled"] == r["loop_compiled"], r
         if r["recomputes"] and r["compiled"] < 0.6 * r["budget"]:
             assert any("of the budget" in n for n in r["notes"]), r
@@ -329,7 +357,7 @@ def test_compiled_budget_end_to_end_with_the_flag():
 def test_compiled_budget_on_generated_models(frontend):
     """On models the project did not write (hypothesis: skip connections, concatenations, scanned
     stacks, losses that do and do not read the network's output), a drop-in budget gives either
-    a step whose independently compiled temp is within the budget (+5%), a typed error naming a
+    a step whose independently compiled temp is within the budget, a typed error naming a
     larger smallest budget, or, where this JAX's XLA:CPU undoes ``jax.checkpoint`` (no flag in
     this process), the modelled fallback with a warning. Value and gradients equal JAX's."""
     import jax
@@ -366,7 +394,7 @@ def test_compiled_budget_on_generated_models(frontend):
         run_against_jax(vg, loss, params, batch)
         if app.budget_semantics == "compiled":
             compiled = jax.jit(vg).lower(params, batch).compile().memory_analysis()
-            assert compiled.temp_size_in_bytes <= 1.05 * app.budget_bytes, (spec, budget)
+            assert compiled.temp_size_in_bytes <= app.budget_bytes, (spec, budget)
             assert compiled.temp_size_in_bytes == app.compiled_temp_bytes, (spec, budget)
         else:
             assert app.budget_semantics == "modelled-fallback", app.budget_semantics

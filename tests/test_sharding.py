@@ -7,7 +7,7 @@ FSDP and 2-way tensor x 4-way data parallel, on a tanh MLP and a plain-JAX trans
 FSDP layout on a Flax linen transformer (``nn.MultiHeadDotProductAttention``).  Each
 applied step, run under ``jax.jit`` with the sharded arguments, must give the unsharded
 ``jax.value_and_grad``'s value and gradients (rtol 1e-4) and compile to a per-device temp within
-the per-device budget (+5%, the loop's tolerance), or the drop-in raises a typed error naming a
+the per-device budget, or the drop-in raises a typed error naming a
 larger smallest budget, never a silent no-saving step.  Inside ``shard_map`` (``check_vma=False``:
 the drop-in re-binds equations traced outside it) the body is a per-device program and is
 planned as one.
@@ -150,10 +150,10 @@ def _check_rows(rows, cases):
         if not must_fit:
             assert r["status"] == "infeasible", r
             min_feasible = int(r["error"].split("min_feasible_bytes=")[1])
-            assert min_feasible > 1.05 * r["budget_bytes"], r
+            assert min_feasible > r["budget_bytes"], r
             continue
         assert r["status"] == "fit", r
-        assert r["compiled_temp"] <= 1.05 * r["budget_bytes"], r
+        assert r["compiled_temp"] <= r["budget_bytes"], r
         assert r["compiled_temp"] < 0.95 * r["no_remat_temp"], r  # a real saving
         assert r["grad_max_rel_err"] < 1e-4, r
     return {(r["layout"], r["model"]): r for r in rows}
@@ -230,7 +230,7 @@ def test_fsdp_plan_regathers_where_keeping_the_gathered_weights_does_not_fit():
     assert keep["modelled_peak"] > keep["planned_budget"] >= ch["modelled_peak"], (keep, ch)
     for r in (keep, raw):  # kept: over the per-device budget, compiled and predicted
         assert not r["fits"] and r["compiled_temp"] > 1.5 * ch["compiled_temp"], r
-        assert r["predicted_temp"] > 1.05 * r["budget_bytes"], r
+        assert r["predicted_temp"] > r["budget_bytes"], r
     # kept stages run as is: XLA keeps the gathered weights (one all-gather each)
     assert raw["all_gathers"] == 8 < ch["all_gathers"], (raw, ch)
     assert all(r["grad_max_rel_err"] < 1e-4 for r in rows.values()), rows

@@ -40,11 +40,12 @@ def custom_vjp_mlp():
     return loss, params, x
 
 
-def plain_transformer(layers: int = 1):
+def plain_transformer(layers: int = 1, *, batch: int = 2, seq: int = 4, width: int = 8,
+                      vocab: int = 16):
     """Pre-LN blocks in plain JAX: layernorm, causal softmax attention, exact and tanh GELU,
-    token embedding lookup and cross-entropy (tokens (2, 4), width 8, vocabulary 16)."""
+    token embedding lookup and cross-entropy (tokens (batch, seq), width, vocabulary)."""
     rng = np.random.default_rng(0)
-    T, D, V = 4, 8, 16
+    T, D, V = seq, width, vocab
     shapes = {"qkv": (D, 3 * D), "out": (D, D), "fc1": (D, 2 * D), "fc2": (2 * D, D),
               "g": (D,), "b": (D,)}
 
@@ -53,7 +54,7 @@ def plain_transformer(layers: int = 1):
 
     p = {"emb": draw((V, D)),
          "blocks": [{k: draw(s) for k, s in shapes.items()} for _ in range(layers)]}
-    tokens = jnp.asarray(rng.integers(0, V, size=(2, T)), jnp.int32)
+    tokens = jnp.asarray(rng.integers(0, V, size=(batch, T)), jnp.int32)
 
     def layernorm(x, p):
         mu = x.mean(-1, keepdims=True)
