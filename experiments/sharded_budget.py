@@ -302,7 +302,7 @@ def run_case(layout: str, model: str, budget: str, *, width: int = 128, batch: i
     errs = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / (np.max(np.abs(np.asarray(b))) + 1e-30))
             for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_g))]
     errs.append(abs(float(v) - float(ref_v)) / abs(float(ref_v)))
-    row.update(status="fit" if temp <= app.budget_bytes * 1.05 else "over",
+    row.update(status="fit" if temp <= app.budget_bytes else "over",
                budget_bytes=int(app.budget_bytes), modelled_peak=peak,
                predicted_no_remat_temp=int(pred0), predicted_temp=int(pred),
                calibrated_temp=int(round(row["no_remat_temp"] * pred / max(pred0, 1))),
@@ -400,7 +400,7 @@ def fsdp_choices(model: str, budget: str, *, width: int = 128, batch: int = 8192
                      "modelled_gather_s": gather_s, "modelled_other_collective_s": other_s,
                      "modelled_time_s": rep.compute_time_s + other_s,
                      "predicted_temp": int(pred), "compiled_temp": temp,
-                     "fits": temp <= app.budget_bytes * 1.05,
+                     "fits": temp <= app.budget_bytes,
                      "all_gathers": _count_gathers(compiled.as_text()), "grad_max_rel_err": err})
     return rows
 
@@ -458,7 +458,7 @@ def plan_abstract16(budgets=("30%", "50%", "70%", "90%"), *, policy: str = "chec
         pred0 = predict_sharded_temp_bytes(g, None, app.abstract_args)
         rep = remat.simulate(g, app.plan)
         temp = int(app.compiled_temp_bytes)
-        rows.append({"budget": b, "status": "fit" if temp <= app.budget_bytes * 1.05 else "over",
+        rows.append({"budget": b, "status": "fit" if temp <= app.budget_bytes else "over",
                      "budget_bytes": int(app.budget_bytes),
                      "no_remat_temp": int(app.baseline_temp_bytes),
                      "predicted_no_remat_temp": int(pred0),
