@@ -31,6 +31,8 @@ drop-in at ``"50%"``; a refusal names the compiled temp of the policy's smallest
         --models mobilenet_v2 \
         --out experiments/results/hierarchical_dropin_floors_jax0.12.0.1.csv
 
+Every run plans with the ``host`` profile fixed at ``experiments.sharded_budget.HOST_RATES``
+(no timing: the same plans on every rerun); ``--measured-host`` uses the measured profile.
 Rows are written as they are made (an interrupted run keeps its rows).  Shown on
 ``docs/results/hierarchical.md``.
 """
@@ -106,7 +108,8 @@ def _outside():
 
     return {
         "plain_tanh_mlp": lambda: om.plain_tanh_mlp(depth=16, width=64, batch=128),
-        "plain_transformer": lambda: om.plain_transformer(layers=4),
+        "plain_transformer": lambda: om.plain_transformer(layers=4, batch=8, seq=32, width=32,
+                                                          vocab=64),
         "residual_stack": residual_stack,
         "linen_cnn": lambda: linen_cnn(B=8, S=16, depth=6),
         "nnx_mlp": nnx_mlp,
@@ -192,9 +195,22 @@ def main(argv=None) -> None:
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--policies", nargs="*", default=["hierarchical"],
                     help="registered policy names (Checkmate with a 20 s limit)")
+    ap.add_argument("--measured-host", action="store_true",
+                    help="plan with this machine's measured host profile, not HOST_RATES")
     a = ap.parse_args(argv)
-    import remat.zoo
+    import contextlib
 
+    import remat.devices
+    import remat.zoo
+    from experiments.sharded_budget import HOST_RATES
+
+    with (contextlib.nullcontext() if a.measured_host
+          else remat.devices.fixed_host(*HOST_RATES)):
+        _run(a, remat)
+
+
+def _run(a, remat) -> None:
+    """The rows of ``a.models`` under ``a.policies``, written to ``a.out`` as they are made."""
     builders = {n: ("zoo", (lambda n=n: remat.zoo.get(n, **ZOO[n]))) for n in ZOO}
     builders.update({n: ("outside", b) for n, b in _outside().items()})
     names = a.models or [*builders, "deep"]
