@@ -15,8 +15,10 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
 3. keep the best round with ``t_k <= T (1 + tol)`` (:data:`TOLERANCE`, 0: the budget is a
    cap): of least modelled compute cost where the caller gives costs, as the drop-in does,
    else of the largest temp; stop when one uses at least ``ACCEPT * T`` or recomputes nothing;
-   otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio, kept inside the bracket of internal
-   budgets known to fit / not to fit; their geometric mean when it falls outside);
+   otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio) on the first compile, then the
+   secant through the last two compiled rounds aimed at ``(1 + ACCEPT) T / 2``, kept inside
+   the bracket of internal budgets known to fit / not to fit (their geometric mean when it
+   falls outside);
 4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure;
    :func:`plan_key`: where paging is offloaded, a plan's page-outs make it distinct); when
    none fits, compile the plan at the caller's ceiling (an internal budget at which nothing is
@@ -169,13 +171,19 @@ def plan_key(app) -> bytes:
     return key
 
 
-def _next_budget(b: int, target: int, temp: int, lo: int, hi: float, power: int = 1) -> int:
-    """``b (target / temp)^power`` (the local ratio; ``power`` doubles each time a step leaves
-    the compiled temp as it was, so a step too small to change it grows), or, outside the bracket
-    ``(lo, hi)`` of internal budgets known to fit / not to fit, its geometric mean (twice ``b``
-    while ``hi`` is open)."""
-    ratio = (target / max(temp, 1)) ** min(power, 64)
-    nxt = int(b * ratio) if math.isfinite(b * ratio) else -1
+def _next_budget(b: int, target: int, temp: int, lo: int, hi: float, power: int = 1,
+                 prev: tuple[int, int] | None = None, aim: float = 1.0) -> int:
+    """The secant through ``prev`` (an earlier ``(budget, temp)``) and ``(b, temp)`` aimed at
+    ``aim * target``, where the two differ and the temp grows with the budget; else
+    ``b (target / temp)^power`` (the local ratio; ``power`` doubles each time a step leaves
+    the figure as it was, so a step too small to change it grows).  Outside the bracket
+    ``(lo, hi)`` of internal budgets known to fit / not to fit: its geometric mean (twice
+    ``b`` while ``hi`` is open)."""
+    if prev is not None and prev[0] != b and (temp - prev[1]) * (b - prev[0]) > 0:
+        nxt = int(b + (aim * target - temp) * (b - prev[0]) / (temp - prev[1]))
+    else:
+        ratio = (target / max(temp, 1)) ** min(power, 64)
+        nxt = int(b * ratio) if math.isfinite(b * ratio) else -1
     if not lo < nxt < hi:
         nxt = int(math.sqrt(max(lo, 1) * hi)) if math.isfinite(hi) else 2 * max(b, lo, 1)
     return nxt
@@ -279,7 +287,7 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
     lo, hi = 0, math.inf  # internal budgets known to fit / not to fit
     compiles = 0
     tried_min = False
-    power, prev_t = 1, None
+    power, prev_t, prev_pt = 1, None, None
     b = max(int(first_budget), 0)
     if predict_of is not None and max_predictions > 0:
         made: dict[int, Any] = {}
@@ -337,7 +345,9 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
             hi = min(hi, b)
         stalled = rounds[-1].reused or t == prev_t  # the step did not change the figure
         power, prev_t = (2 * power if stalled else 1), t
-        nxt = _next_budget(b, target, t, lo, hi, power)
+        nxt = _next_budget(b, target, t, lo, hi, power, None if stalled else prev_pt,
+                           aim=(1 + accept) / 2)
+        prev_pt = (b, t)
         if nxt == b or (rounds[-1].reused and nxt in {r.internal_budget for r in rounds}):
             if best is not None or tried_min:
                 break

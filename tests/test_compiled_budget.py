@@ -176,6 +176,16 @@ def test_a_compile_rescales_the_predictions_that_choose_the_next_plan():
     assert res.compiles == calls["compile"] <= 4
 
 
+def test_the_loop_steps_by_the_secant_where_the_temp_has_a_fixed_part():
+    """Compiled temp = 20 000 + the plan's level: the local ratio steps ~1/3 of the way a time
+    and spends 4 compiles over the budget (the loop then returned the policy's smallest plan,
+    0.8 of the budget); the secant through two compiles lands within ``ACCEPT`` on the third."""
+    plan_at, temp_of, calls = _world(0, lambda level: 20_000 + level)
+    res = fit(plan_at, temp_of, 25_000, first_budget=10_000, recomputes=lambda a: True)
+    assert 0.95 * 25_000 <= res.compiled_temp <= 25_000, res.rounds
+    assert calls["compile"] <= 3
+
+
 def test_a_wrong_prediction_is_corrected_by_the_compiles():
     """Predictions 3x under the compiled temp start the loop too high; what it returns is
     still a compiled plan within the budget."""
