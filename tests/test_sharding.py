@@ -33,9 +33,11 @@ DEVICES8 = "--xla_force_host_platform_device_count=8 " + FLAG
 # nothing included, compile to 0.65x of its no-remat temp at best under FSDP (jax 0.12), so it
 # is held to 85% and refused at 50% (two blocks fit at 0.49x: the experiment); the one-block Flax
 # transformer under FSDP is held to 85% too (at 70% it fits at 0.97x of the budget on jax 0.12,
-# but on jax 0.8 its smallest compiled plan is 8% over the budget and the drop-in refuses it)
+# but on jax 0.8 its smallest compiled plan is 8% over the budget and the drop-in refuses it);
+# the tp2xdp4 MLP at 75% (its smallest plan compiles to 0.67x of the no-remat temp on jax 0.12,
+# 0.71x on jax 0.8: the row-parallel partial sums)
 CASES = (("dp", "mlp", "50%", True), ("fsdp", "mlp", "50%", True),
-         ("tp2xdp4", "mlp", "70%", True), ("dp", "transformer", "85%", True),
+         ("tp2xdp4", "mlp", "75%", True), ("dp", "transformer", "85%", True),
          ("fsdp", "transformer", "85%", True), ("tp2xdp4", "transformer", "85%", True),
          ("fsdp", "transformer", "50%", False), ("fsdp", "flax_transformer", "85%", True))
 
@@ -243,7 +245,9 @@ def test_jit_without_visible_shardings_warns():
 def test_inside_shard_map_the_body_is_planned_per_device():
     r = _sharded("shard_map")["shard_map"]
     assert r["err"] < 1e-4 and r["value_err"] < 1e-5, r
-    assert r["temp"] <= 0.75 * r["ref_temp"], r  # 70% of the body's per-device temp, +5%
+    # the budget is 70% of the body's temp inside the drop-in; ref_temp is the whole shard_map
+    # step's, compiled apart
+    assert r["temp"] <= 0.75 * r["ref_temp"], r
     assert r["warnings"] == [], r  # manual axes: no "not per device" warning
 
 
