@@ -18,7 +18,7 @@ closes the loop: with ``T`` the user's budget in compiled bytes,
    otherwise ``b_{k+1} = b_k * T / t_k`` (the local ratio) on the first compile, then the
    secant through the last two compiled rounds aimed at ``(1 + ACCEPT) T / 2``, kept inside
    the bracket of internal budgets known to fit / not to fit (their geometric mean when it
-   falls outside);
+   falls outside), from which predictions rescaled by the compile's error step on (1.);
 4. at most ``max_compiles`` compiles of distinct plans (a plan met again reuses its figure;
    :func:`plan_key`: where paging is offloaded, a plan's page-outs make it distinct); when
    none fits, compile the plan at the caller's ceiling (an internal budget at which nothing is
@@ -256,7 +256,9 @@ def fit(plan_at: Callable[[int], Any], temp_of: Callable[[Any], int], target: in
       predict_of: an applied plan's predicted compiled temp, bytes, without compiling (a
         calibrated :func:`remat.xla_memory.predict_temp_bytes`); when given, up to
         ``max_predictions`` plans are predicted first and the loop compiles from the largest
-        internal budget predicted to fit (every plan it returns is still compiled).
+        internal budget predicted to fit, and after each compile up to ``max_predictions // 2``
+        more, scaled by that compile's compiled over predicted temp, choose the next budget
+        (every plan it returns is still compiled).
       cost_of: an applied plan's modelled compute cost; when given, the loop returns the
         fitting round of least cost (then the largest temp), else the fitting round of the
         largest temp.  A plan that keeps more may compile smaller than one that recomputes
