@@ -24,6 +24,13 @@ the largest micro-batch that fits); ``Plan.microbatches`` is ``k`` and
 ``meta["microbatch_reason"]`` says why (and why not, when the whole batch fits or the samples
 are coupled).
 
+Below the modelled floor, for the compiled-budget loop only (``ctx.compiled_budget``: every
+plan is compiled and checked): where a block's least transient bounds every schedule (a
+BatchNorm backward at equation granularity, which XLA fuses), the DP at its floor spends the
+slack elsewhere.  There the policy returns the cheapest schedule whose held bytes plus block
+transients capped at the largest feasible ``cap`` fit the budget (``meta["transient_cap"]``,
+``meta["over_modelled_budget"]``): within the budget outside those blocks.
+
 Values are sized as a region saves them (:func:`remat.core.regions.region_saved_graph`): JAX
 re-derives a residual of the linearization (a ReLU's mask) from its operands, so keeping it costs
 the operands' bytes.  The DP's memory model is per block (kept bytes, transients); the plan is
@@ -210,6 +217,12 @@ class Hierarchical(BasePolicy):
                 return dataclasses.replace(plan, microbatches=k).with_meta(
                     microbatch_reason=f"the whole batch does not fit ({whole.reason}); "
                                       f"{k} micro-batches of {ctx.batch_size // k} do")
+            if ctx.compiled_budget:
+                try:
+                    return self._below_floor(graph, budget_bytes).with_meta(
+                        microbatch_reason=why or f"no micro-batch count fits ({whole.reason})")
+                except InfeasibleBudgetError as e:
+                    whole = e
             if not counts:
                 raise InfeasibleBudgetError(whole.budget, whole.min_feasible_bytes,
                                             f"{whole.reason}; not micro-batched: {why}") from None
@@ -281,12 +294,63 @@ class Hierarchical(BasePolicy):
                 raise InfeasibleBudgetError(budget, None if least is None else least[1],
                                             "hierarchical: no DP schedule replays within the budget")
             best, best_cost, best_mem = least[0], float(least[0].compute_counts() @ graph.costs), 0
+        return self._with_meta(best, chain, options, best_mem, rounds, budget), best_cost
+
+    def _below_floor(self, graph: Graph, budget_bytes: int) -> Plan:
+        """For a compiled-budget loop (``ctx.compiled_budget``), below the DP's modelled floor:
+        the cheapest schedule whose held bytes plus block transients capped at ``cap`` fit the
+        budget, for the largest such ``cap`` (bisected), over the scan decisions.  Where a
+        block's least transient is the floor (a BatchNorm's backward at equation granularity,
+        which XLA fuses), the uncapped DP spends the slack it leaves elsewhere; this schedule
+        holds at most the budget outside such blocks.  ``meta``: ``transient_cap`` (bytes) and
+        ``over_modelled_budget`` (its replayed peak over the budget).
+
+        Raises:
+          InfeasibleBudgetError: not even with every transient capped at 0 (the smallest budget
+            with a schedule then).
+        """
+        budget = int(budget_bytes)
+        cache: dict = {}
+        best, smallest = None, None
+        for decisions in self._scan_candidates(graph, budget):
+            g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)
+            chain, options, costs = self._prepare(g, cache)
+            pinned_bytes = int(g.sizes[chain.pinned].sum()) if len(chain.pinned) else 0
+            mem = budget - pinned_bytes
+
+            def table_at(cap: int, costs=costs, mem=mem):
+                capped = dataclasses.replace(costs, tb=np.minimum(costs.tb, cap),
+                                             tk=np.minimum(costs.tk, cap),
+                                             tf=np.minimum(costs.tf, cap))
+                return fill_blocks(capped, max(mem, 1), levels=self.levels)
+
+            floor = table_at(0).min_memory + pinned_bytes
+            smallest = floor if smallest is None else min(smallest, floor)
+            if mem <= 0 or floor > budget:
+                continue
+            lo, hi = 0, int(max(costs.tb.max(), costs.tk.max(), costs.tf.max()))
+            while hi - lo > max(1, hi // 256):
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if table_at(mid).min_memory <= mem else (lo, mid)
+            plan, peak, _ = self._plan_at(g, chain, options, table_at(lo), mem)
+            cost = float(plan.compute_counts() @ g.costs)
+            if best is None or cost < best[0]:
+                best = (cost, self._with_meta(plan, chain, options, mem, (), budget).with_meta(
+                    transient_cap=lo, over_modelled_budget=int(max(peak - budget, 0)),
+                    **({"scans": decisions} if decisions else {})))
+        if best is None:
+            raise InfeasibleBudgetError(budget, smallest, "hierarchical: no DP schedule fits "
+                                        "the budget even with block transients capped at 0")
+        return best[1]
+
+    @staticmethod
+    def _with_meta(plan: Plan, chain, options, dp_memory: int, rounds, budget: int) -> Plan:
         status = "optimal" if all(o.status == "optimal" for o in options) else "heuristic"
-        return best.with_meta(
+        return plan.with_meta(
             status="heuristic", option_status=status, blocks=chain.n,
             distinct_blocks=len(set(int(d) for d in chain.distinct)),
             options=tuple(len(options[int(d)].options) for d in sorted(set(chain.distinct))),
-            dp_memory=int(best_mem), rounds=tuple(rounds), budget=budget), best_cost
+            dp_memory=int(dp_memory), rounds=tuple(rounds), budget=budget)
 
     def _least_memory(self, graph, chain, options, costs) -> tuple[Plan, int] | None:
         """The DP's schedule at its smallest memory and its replayed peak (``None``: none)."""

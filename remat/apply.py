@@ -62,6 +62,7 @@ from remat.compiled_budget import (
     temp_bytes,
 )
 from remat.core.budget import Modelled
+from remat.core.context import PolicyContext
 from remat.core.errors import ExtractionError, InvalidPlanError, RematError
 from remat.fidelity import (
     FIDELITY_RTOL,
@@ -208,8 +209,11 @@ def apply_plan(
     if plan is not None:
         app = realise(plan, None)
     elif semantics == "compiled" and takes_budget(pol):
+        # every plan is compiled and checked: the policy may go below its modelled floor
+        loop_ctx = dataclasses.replace(ctx or PolicyContext(), compiled_budget=True)
+
         def plan_at(b):
-            return realise(make_plan(pol, graph, int(b), ctx), b)
+            return realise(make_plan(pol, graph, int(b), loop_ctx), b)
 
         first = int(math.ceil(target * graph.no_remat_peak() / max(baseline, 1)))
         result = fit(plan_at, step_temp,

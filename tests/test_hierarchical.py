@@ -9,6 +9,7 @@ drop-in's gradients against ``jax.value_and_grad``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 import policies
 import remat
-from remat.core.errors import InfeasibleBudgetError, InvalidOptionError
+from remat.core.errors import InfeasibleBudgetError, InvalidOptionError, SolverError
 from remat.core.schedule import replay
 from solvers.hierarchical import block_chain, block_options
 
@@ -48,8 +49,9 @@ def _with_backward(fwd_edges, n_fwd, sizes, costs):
                             is_backward=[False] * n_fwd + [True] * n_fwd)
 
 
-def _residual(blocks: int, inner: int = 3):
-    """A ResNet-like chain: each block ``x -> c_1 .. c_inner -> add(x, c_inner)``."""
+def _residual(blocks: int, inner: int = 3, big: dict[int, int] | None = None):
+    """A ResNet-like chain: each block ``x -> c_1 .. c_inner -> add(x, c_inner)``; ``big``:
+    node -> bytes overriding the pattern."""
     edges, nodes = [], 0
     prev = None
     for _ in range(blocks):
@@ -64,6 +66,7 @@ def _residual(blocks: int, inner: int = 3):
             edges.append((prev, add))
         prev, nodes = add, add + 1
     sizes = [4 + (i % (inner + 1)) for i in range(nodes)]  # the same in every block
+    sizes = [(big or {}).get(i, s) for i, s in enumerate(sizes)]
     return _with_backward(edges, nodes, sizes, [1.0 + (i % 2) for i in range(nodes)]), nodes
 
 
@@ -225,6 +228,42 @@ def test_no_remat_budget_is_checkpoint_all_and_too_small_names_the_minimum():
     assert replay(g, q).peak_bytes <= mf
 
 
+def test_below_its_modelled_floor_a_compiled_budget_loop_gets_a_plan_that_holds_less():
+    """One block's backward needs a large value (its least transient is the floor of every
+    schedule).  Below that floor the policy refuses, but for the compiled-budget loop
+    (``ctx.compiled_budget``) it returns a plan marked over the modelled budget whose every
+    node outside that block runs within the budget; the uncapped floor plan spends the slack
+    the large transient leaves and holds more there."""
+    from remat.core.context import PolicyContext
+    from remat.core.events import COMPUTE, lower
+
+    g, _ = _residual(8, big={9: 400})
+    pol = policies.get("hierarchical")
+    floor = pol.min_feasible_budget(g)
+    chain = block_chain(g)
+    blk = next(bk for bk in chain.blocks if 9 in set(int(v) for v in bk.fwd))
+    inside = set(int(v) for v in blk.fwd) | set(int(v) for v in blk.bwd)
+
+    def outside_peak(plan):
+        ev = lower(g, plan)
+        c = (ev.kind == COMPUTE) & ~np.isin(ev.node, list(inside))
+        return int(ev.live[c].max())
+
+    least = pol.plan(g, floor)
+    b = int(0.55 * floor)
+    assert outside_peak(least) > b  # the floor plan holds more than b outside the block
+    with pytest.raises(InfeasibleBudgetError):
+        pol.plan(g, b)
+    p = pol.plan(g, b, ctx=PolicyContext(compiled_budget=True))
+    assert p.meta["over_modelled_budget"] == replay(g, p).peak_bytes - b > 0
+    assert p.meta["transient_cap"] >= 0
+    assert outside_peak(p) <= b
+    unmarked = dataclasses.replace(p, meta={k: v for k, v in p.meta.items()
+                                            if k != "over_modelled_budget"})
+    with pytest.raises(SolverError):  # unmarked, a plan over the budget is a bug
+        pol._finish(g, unmarked, b, PolicyContext(compiled_budget=True), 0.0)
+
+
 def test_bad_options_are_typed():
     for opt in (dict(levels=0), dict(caps=-1), dict(rounds=True), dict(option_time_limit=0),
                 dict(microbatch="yes")):
@@ -311,7 +350,8 @@ def measure(loss, params, batch, pct):
                 regions=len(app.plan.meta.get("regions", ())),
                 scans=len(app.plan.meta.get("scans", ())),
                 recomputes=int(app.plan.compute_counts().max()),
-                option_status=app.plan.meta.get("option_status"), notes=list(app.notes))
+                option_status=app.plan.meta.get("option_status"), notes=list(app.notes),
+                over_modelled=app.plan.meta.get("over_modelled_budget"))
 """
 _COMPILED = _MEASURE + r"""
 print(json.dumps([dict(name=name, **measure(*build(), 50)) for name, build in (
@@ -527,6 +567,30 @@ def test_dropin_fits_half_the_compiled_temp_of_a_batchnorm_resnet():
     assert r["k"] == 1 and r["recomputes"] >= 2, r
     assert r["temp"] <= r["budget"], r
     assert r["budget"] <= r["pct"] / 100 * r["baseline"] + 1, r
+    assert r["err"] < 1e-5, r
+
+
+_BOTTLENECK = _MEASURE + r"""
+old = tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 10)
+print(json.dumps(measure(*remat.zoo.get("resnet50", batch_size=8, image_size=16, width=8,
+                                        stage_sizes=(1, 1, 1, 1)), 65 if old else 50)))
+"""
+
+
+@pytest.mark.slow
+def test_dropin_fits_a_bottleneck_resnet_below_the_policys_modelled_floor():
+    """Zoo resnet50 (bottleneck blocks, BatchNorm) at ``"50%"``: the first bottleneck's
+    backward at equation granularity is the model's floor (0.53 of the no-remat temp when
+    compiled, so the budget was refused); the compiled-budget loop's plans below that floor
+    (``over_modelled_budget`` in their meta) hold less elsewhere and compile within the budget,
+    with JAX's gradients.  Before jax 0.10 XLA:CPU compiles the no-remat step smaller and the
+    smallest plan to 0.59 of it: there the budget is 65%."""
+    from helpers.xla_subprocess import run_json
+
+    r = run_json(_BOTTLENECK)
+    assert r["k"] == 1 and r["recomputes"] >= 2, r
+    assert r["temp"] <= r["budget"] <= r["pct"] / 100 * r["baseline"] + 1, r
+    assert r["over_modelled"] is not None, r  # a plan from below the floor
     assert r["err"] < 1e-5, r
 
 

@@ -32,6 +32,12 @@ class PolicyContext:
       warm_starts: other policies' plans of the same graph and budget handed to the policy as
         starting points (:class:`WarmStart`, by ``policies.combinators.WarmStarted``); a policy
         may use them or not.
+      compiled_budget: the budget is an internal budget of the compiled-bytes loop
+        (:mod:`remat.compiled_budget`), which compiles every plan and keeps only those whose
+        compiled temp fits.  Below its modelled floor a policy may then return a plan whose
+        replayed peak exceeds the budget, marked with ``meta["over_modelled_budget"]`` (bytes
+        over): one that holds less than the budget everywhere but where its model's least
+        transient does (XLA fuses what the model counts there).
     """
 
     time_limit: float | None = None
@@ -41,6 +47,7 @@ class PolicyContext:
     batch_coupled: bool = False
     started: float = dataclasses.field(default_factory=time.perf_counter)
     warm_starts: tuple[WarmStart, ...] = ()
+    compiled_budget: bool = False
 
     def time_left(self, default: float | None = None) -> float | None:
         """Seconds left of ``time_limit`` (or of ``default``), at least 0.1; ``None``: no limit."""
