@@ -97,6 +97,21 @@ def chain_costs(graph: Graph, chain, options) -> BlockChainCosts:
         cc=np.array([o.ck_cost for o in options]))
 
 
+def capped_transients(costs: BlockChainCosts, cap: int) -> BlockChainCosts:
+    """``costs`` with each block's transients lowered by what its least one exceeds ``cap``:
+    per block, the options' backward (``tb``) and forward (``tk``) transients shifted down
+    together (so the DP still tells its options apart) until the least is at most ``cap``;
+    the forward transient keeping only the output (``tf``) capped."""
+    valid = np.arange(costs.tb.shape[1])[None, :] < costs.nopt[:, None]
+
+    def shifted(t):
+        least = np.where(valid, t, np.iinfo(np.int64).max).min(axis=1)
+        return np.maximum(t - np.maximum(least - cap, 0)[:, None], 0)
+
+    return dataclasses.replace(costs, tb=shifted(costs.tb), tk=shifted(costs.tk),
+                               tf=np.minimum(costs.tf, cap))
+
+
 @register("hierarchical")
 @dataclasses.dataclass(frozen=True)
 class Hierarchical(BasePolicy):
@@ -319,10 +334,7 @@ class Hierarchical(BasePolicy):
             mem = budget - pinned_bytes
 
             def table_at(cap: int, costs=costs, mem=mem):
-                capped = dataclasses.replace(costs, tb=np.minimum(costs.tb, cap),
-                                             tk=np.minimum(costs.tk, cap),
-                                             tf=np.minimum(costs.tf, cap))
-                return fill_blocks(capped, max(mem, 1), levels=self.levels)
+                return fill_blocks(capped_transients(costs, cap), max(mem, 1), levels=self.levels)
 
             floor = table_at(0).min_memory + pinned_bytes
             smallest = floor if smallest is None else min(smallest, floor)

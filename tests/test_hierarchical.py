@@ -264,6 +264,26 @@ def test_below_its_modelled_floor_a_compiled_budget_loop_gets_a_plan_that_holds_
         pol._finish(g, unmarked, b, PolicyContext(compiled_budget=True), 0.0)
 
 
+@pytest.mark.parametrize("cap", [0, 5, 40, 10**9])
+def test_capped_transients_keep_each_blocks_options_apart(cap):
+    """Each block's transients are shifted down together until its least is at most ``cap``:
+    blocks already within it are untouched, and an option's excess over its block's least
+    is kept (the DP still prefers the block's leaner options)."""
+    from policies.hierarchical import capped_transients
+
+    g, _ = _residual(6, big={9: 400})
+    costs = policies.Hierarchical()._prepare(g)[2]
+    c = capped_transients(costs, cap)
+    for b in range(len(costs.cf)):
+        for t0, t1 in ((costs.tb[b, :costs.nopt[b]], c.tb[b, :c.nopt[b]]),
+                       (costs.tk[b, :costs.nopt[b]], c.tk[b, :c.nopt[b]])):
+            if t0.min() <= cap:
+                np.testing.assert_array_equal(t1, t0)
+            else:
+                np.testing.assert_array_equal(t1, t0 - (t0.min() - cap))
+    np.testing.assert_array_equal(c.tf, np.minimum(costs.tf, cap))
+
+
 def test_bad_options_are_typed():
     for opt in (dict(levels=0), dict(caps=-1), dict(rounds=True), dict(option_time_limit=0),
                 dict(microbatch="yes")):
