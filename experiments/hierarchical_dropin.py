@@ -1,8 +1,9 @@
 """The hierarchical drop-in at half the compiled no-remat temp (#35, must-show 1), on the CPU.
 
-For every zoo model (small CPU sizes) and for models outside the zoo (a plain-JAX tanh MLP and
-pre-LN transformer, a residual attention stack, a Flax linen CNN, a Flax nnx MLP, a
-DenseNet-style concatenating net, a Flax ``nn.scan`` transformer):
+For every zoo model (small CPU sizes; ``resnet18`` also at its own 2-2-2-2 depth) and for
+models outside the zoo (a plain-JAX tanh MLP and pre-LN transformer, a residual attention
+stack, a Flax linen CNN, a Flax nnx MLP, a DenseNet-style concatenating net, a Flax ``nn.scan``
+transformer):
 ``remat.value_and_grad(loss, "hierarchical", budget="50%")``, i.e. 50 % of the compiled
 no-remat step's temp bytes, met by the closed compiled-budget loop.  Per row: the graph's nodes
 at equation granularity, the policy's planning time at the budget it returned (``plan_s``:
@@ -69,6 +70,10 @@ ZOO = {
     "unet": dict(batch_size=4, image_size=32, width=8),
     "gpt2_small": dict(batch_size=16, **_T),
     "bert_small": dict(batch_size=16, **_T),
+}
+#: zoo models at their own depth where ``ZOO`` shrinks it (the 1-1-1-1 ``resnet18`` is a ResNet-10)
+ZOO_DEPTH = {
+    "resnet18_2-2-2-2": ("resnet18", dict(ZOO["resnet18"], stage_sizes=(2, 2, 2, 2))),
 }
 
 
@@ -212,6 +217,8 @@ def main(argv=None) -> None:
 def _run(a, remat) -> None:
     """The rows of ``a.models`` under ``a.policies``, written to ``a.out`` as they are made."""
     builders = {n: ("zoo", (lambda n=n: remat.zoo.get(n, **ZOO[n]))) for n in ZOO}
+    builders.update({n: ("zoo", (lambda z=z, kw=kw: remat.zoo.get(z, **kw)))
+                     for n, (z, kw) in ZOO_DEPTH.items()})
     builders.update({n: ("outside", b) for n, b in _outside().items()})
     names = a.models or [*builders, "deep"]
     with open(a.out, "w", newline="") as fh:
