@@ -24,9 +24,9 @@ FLOPs (:func:`remat.measurement.step_flops`) over ``jax.value_and_grad``'s (#35,
 and 2)::
 
     python experiments/compiled_budget_report.py --policies hierarchical --pcts 30 50 70 90 \
-        --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv
+        --fixed-host --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv
     python experiments/compiled_budget_report.py --policies checkmate --pcts 30 50 70 90 \
-        --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
+        --fixed-host --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
 
 shown on ``docs/results/hierarchical.md``, with the tanh MLP's two budgets where hierarchical
 ran more FLOPs rerun after the memory model's barrier rules::
@@ -118,7 +118,22 @@ def main(argv=None) -> None:
                     help="registered policy names (default: checkmate, and scan_layers on the "
                          "scanned model)")
     ap.add_argument("--pcts", nargs="*", type=int, default=list(PCTS))
+    ap.add_argument("--fixed-host", action="store_true",
+                    help="plan with the host profile fixed at "
+                         "experiments.sharded_budget.HOST_RATES (no timing: the same plans on "
+                         "a loaded machine)")
     a = ap.parse_args(argv)
+    import contextlib
+
+    import remat.devices
+    from experiments.sharded_budget import HOST_RATES
+
+    with (remat.devices.fixed_host(*HOST_RATES) if a.fixed_host else contextlib.nullcontext()):
+        _run(a)
+
+
+def _run(a) -> None:
+    """The rows of ``a.models`` x ``a.policies`` x ``a.pcts``, written as they are made."""
     import jax
 
     from experiments.memory_model_report import MODELS
