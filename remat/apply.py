@@ -209,10 +209,11 @@ def apply_plan(
     if plan is not None:
         app = realise(plan, None)
     elif semantics == "compiled" and takes_budget(pol):
-        # every plan is compiled and checked: the policy may go below its modelled floor
-        loop_ctx = dataclasses.replace(ctx or PolicyContext(), compiled_budget=True)
-
         def plan_at(b):
+            # every plan is compiled and checked: the policy may go below its modelled floor;
+            # each plan gets the policy's whole time limit (``started`` now)
+            loop_ctx = dataclasses.replace(ctx or PolicyContext(), compiled_budget=True,
+                                           started=time.perf_counter())
             return realise(make_plan(pol, graph, int(b), loop_ctx), b)
 
         first = int(math.ceil(target * graph.no_remat_peak() / max(baseline, 1)))
