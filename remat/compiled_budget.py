@@ -445,7 +445,8 @@ def budget_semantics(budget, plan, baseline_temp: Callable[[], int]):
 
 def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
     """What the compiled figures say: a plan over the budget, a plan that keeps less than it
-    may, a predicted saving the compiled step does not show (``"warning: "`` prefixed)."""
+    may, a plan made below the policy's modelled floor (``meta["over_modelled_budget"]``), a
+    predicted saving the compiled step does not show (``"warning: "`` prefixed)."""
     notes = []
     if rounds:
         notes.append(f"closed loop: {len(rounds)} round(s), compiled temp "
@@ -461,6 +462,11 @@ def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
             "kept stages (segment trimming), so even keeping everything compiles below the "
             "budget; keeping values inside stages is an op-level choice stage plans cannot make")
         notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: {why}")
+    over = getattr(app.plan, "meta", {}).get("over_modelled_budget") if app.plan else None
+    if over is not None:
+        notes.append(f"the plan was made below the policy's modelled floor: its modelled peak is "
+                     f"{format_bytes(over)} over the internal budget it was planned under, "
+                     f"and its compiled temp is {format_bytes(compiled)}")
     if recomputes(app) and compiled >= NO_SAVING * baseline:
         notes.append(f"warning: the plan recomputes but its compiled temp "
                      f"{format_bytes(compiled)} saves nothing against the no-remat step's "
