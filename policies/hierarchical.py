@@ -221,8 +221,9 @@ class Hierarchical(BasePolicy):
 
     def solve(self, graph: Graph, budget_bytes: int | None, ctx: PolicyContext) -> Plan:
         counts, why = self._microbatch_counts(ctx)
+        cache: dict = {}  # block signature -> options, shared with the plan below the floor
         try:
-            plan = self._solve_batch(graph, budget_bytes)
+            plan = self._solve_batch(graph, budget_bytes, cache)
         except InfeasibleBudgetError as whole:
             for k in counts:
                 try:
@@ -234,7 +235,7 @@ class Hierarchical(BasePolicy):
                                       f"{k} micro-batches of {ctx.batch_size // k} do")
             if ctx.compiled_budget:
                 try:
-                    return self._below_floor(graph, budget_bytes).with_meta(
+                    return self._below_floor(graph, budget_bytes, cache).with_meta(
                         microbatch_reason=why or f"no micro-batch count fits ({whole.reason})")
                 except InfeasibleBudgetError as e:
                     whole = e
@@ -246,11 +247,11 @@ class Hierarchical(BasePolicy):
                                         f"{counts[0]} to {counts[-1]} micro-batches") from None
         return plan.with_meta(microbatch_reason=why or "the whole batch fits")
 
-    def _solve_batch(self, graph: Graph, budget_bytes: int) -> Plan:
+    def _solve_batch(self, graph: Graph, budget_bytes: int, cache: dict | None = None) -> Plan:
         """:meth:`solve` on one graph (no micro-batching): the cheapest plan over the scan
         decisions, or :class:`InfeasibleBudgetError` with the smallest replayed peak."""
         budget = int(budget_bytes)
-        cache: dict = {}
+        cache = {} if cache is None else cache
         best, smallest = None, None
         for decisions in self._scan_candidates(graph, budget):
             g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)
@@ -311,7 +312,7 @@ class Hierarchical(BasePolicy):
             best, best_cost, best_mem = least[0], float(least[0].compute_counts() @ graph.costs), 0
         return self._with_meta(best, chain, options, best_mem, rounds, budget), best_cost
 
-    def _below_floor(self, graph: Graph, budget_bytes: int) -> Plan:
+    def _below_floor(self, graph: Graph, budget_bytes: int, cache: dict | None = None) -> Plan:
         """For a compiled-budget loop (``ctx.compiled_budget``), below the DP's modelled floor:
         the cheapest schedule whose held bytes plus block transients capped at ``cap`` fit the
         budget, for the largest such ``cap`` (bisected), over the scan decisions.  Where a
@@ -325,7 +326,7 @@ class Hierarchical(BasePolicy):
             with a schedule then).
         """
         budget = int(budget_bytes)
-        cache: dict = {}
+        cache = {} if cache is None else cache
         best, smallest = None, None
         for decisions in self._scan_candidates(graph, budget):
             g = region_saved_graph(adjusted_graph(graph, decisions) if decisions else graph)

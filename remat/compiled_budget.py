@@ -463,7 +463,7 @@ def compiled_notes(app, compiled, target, baseline, rounds) -> list[str]:
             "budget; keeping values inside stages is an op-level choice stage plans cannot make")
         notes.append(f"the plan uses {compiled / max(target, 1):.2f}x of the budget: {why}")
     over = getattr(app.plan, "meta", {}).get("over_modelled_budget") if app.plan else None
-    if over is not None:
+    if over:
         notes.append(f"the plan was made below the policy's modelled floor: its modelled peak is "
                      f"{format_bytes(over)} over the internal budget it was planned under, "
                      f"and its compiled temp is {format_bytes(compiled)}")
