@@ -567,11 +567,22 @@ def test_dropin_plans_around_the_scratch_of_depthwise_weight_gradients():
     assert r["err_floored"] <= max(1e-5, 2 * r["noise"]), r
 
 
-_BATCHNORM = _MEASURE + r"""
+def _zoo_resnet_script(name: str, batch: int, pct: int, pct_before_0_10: int) -> str:
+    """The measure script for zoo ``name`` at 16 px, width 8 and one block per stage, at
+    ``pct`` % of the compiled no-remat temp (``pct_before_0_10`` % before jax 0.10)."""
+    return _MEASURE + f"""
 old = tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 10)
-print(json.dumps(measure(*remat.zoo.get("resnet18", batch_size=16, image_size=16, width=8,
-                                        stage_sizes=(1, 1, 1, 1)), 80 if old else 55)))
+print(json.dumps(measure(*remat.zoo.get({name!r}, batch_size={batch}, image_size=16, width=8,
+                                        stage_sizes=(1, 1, 1, 1)),
+                         {pct_before_0_10} if old else {pct})))
 """
+
+
+def _assert_fits_with_jax_gradients(r: dict) -> None:
+    assert r["k"] == 1 and r["recomputes"] >= 2, r
+    assert r["temp"] <= r["budget"], r
+    assert r["budget"] <= r["pct"] / 100 * r["baseline"] + 1, r
+    assert r["err"] < 1e-5, r
 
 
 @pytest.mark.slow
@@ -583,18 +594,7 @@ def test_dropin_fits_half_the_compiled_temp_of_a_batchnorm_resnet():
     (0.84 before the region sizing): there the budget is 80%."""
     from helpers.xla_subprocess import run_json
 
-    r = run_json(_BATCHNORM)
-    assert r["k"] == 1 and r["recomputes"] >= 2, r
-    assert r["temp"] <= r["budget"], r
-    assert r["budget"] <= r["pct"] / 100 * r["baseline"] + 1, r
-    assert r["err"] < 1e-5, r
-
-
-_BOTTLENECK = _MEASURE + r"""
-old = tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 10)
-print(json.dumps(measure(*remat.zoo.get("resnet50", batch_size=8, image_size=16, width=8,
-                                        stage_sizes=(1, 1, 1, 1)), 65 if old else 50)))
-"""
+    _assert_fits_with_jax_gradients(run_json(_zoo_resnet_script("resnet18", 16, 55, 80)))
 
 
 @pytest.mark.slow
@@ -607,14 +607,12 @@ def test_dropin_fits_a_bottleneck_resnet_below_the_policys_modelled_floor():
     smallest plan to 0.59 of it: there the budget is 65%."""
     from helpers.xla_subprocess import run_json
 
-    r = run_json(_BOTTLENECK)
-    assert r["k"] == 1 and r["recomputes"] >= 2, r
-    assert r["temp"] <= r["budget"] <= r["pct"] / 100 * r["baseline"] + 1, r
+    r = run_json(_zoo_resnet_script("resnet50", 8, 50, 65))
+    _assert_fits_with_jax_gradients(r)
     assert r["over_modelled"] is not None, r  # a plan from below the floor
     # over its internal budget (in the model), the drop-in says so
     assert any("below the policy's modelled floor" in n for n in r["notes"]) == (
         r["over_modelled"] > 0), r
-    assert r["err"] < 1e-5, r
 
 
 @pytest.fixture(scope="module")
