@@ -196,7 +196,8 @@ RESULTS: tuple[Result, ...] = (
     Result("compiled_budget_hierarchical_jax0.12.0.1.csv", "The hierarchical drop-in on the "
            "compiled-memory models, 30-90 %",
            "python experiments/compiled_budget_report.py --policies hierarchical "
-           "--pcts 30 50 70 90 --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv",
+           "--pcts 30 50 70 90 --fixed-host "
+           "--out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv",
            "results/hierarchical",
            "The six models of the compiled-memory report at 30/50/70/90 % of the compiled no-remat "
            "temp: compiled temp, loop rounds and compiles, predicted temp, gradient error, the "
@@ -217,6 +218,15 @@ RESULTS: tuple[Result, ...] = (
            "results/hierarchical",
            "As the hierarchical sweep, for the Checkmate MILP (20 s) at the drop-in's default stage "
            f"granularity: the reference of hierarchical's FLOPs in XLA's bytes ({_CPU})."),
+    Result("compiled_budget_checkmate_cap_jax0.12.0.1.csv", "Checkmate (stage level) on three "
+           "compiled-memory models, 30-90 %, the budget as a cap",
+           "python experiments/compiled_budget_report.py --policies checkmate "
+           "--pcts 30 50 70 90 --fixed-host "
+           "--out experiments/results/compiled_budget_checkmate_cap_jax0.12.0.1.csv",
+           "results/hierarchical",
+           "The Checkmate sweep rerun with the budget as a cap, the host profile fixed and each "
+           "plan of the loop given the whole 20 s; stopped after the tanh MLP, the plain "
+           f"transformer and gpt2_small ({_CPU})."),
     Result("hierarchical_dropin_floors_jax0.12.0.1.csv", "Where hierarchical is refused at 50 %: "
            "every policy's smallest compiled temp",
            "python experiments/hierarchical_dropin.py --policies hierarchical checkmate sqrtn "

@@ -26,7 +26,11 @@ and 2)::
     python experiments/compiled_budget_report.py --policies hierarchical --pcts 30 50 70 90 \
         --fixed-host --out experiments/results/compiled_budget_hierarchical_jax0.12.0.1.csv
     python experiments/compiled_budget_report.py --policies checkmate --pcts 30 50 70 90 \
-        --fixed-host --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
+        --out experiments/results/compiled_budget_checkmate_sweep_jax0.12.0.1.csv
+    python experiments/compiled_budget_report.py --policies checkmate --pcts 30 50 70 90 \
+        --fixed-host --out experiments/results/compiled_budget_checkmate_cap_jax0.12.0.1.csv
+
+(the last with the budget as a cap; stopped after three models),
 
 shown on ``docs/results/hierarchical.md``, with the tanh MLP's two budgets where hierarchical
 ran more FLOPs rerun after the memory model's barrier rules::
