@@ -101,7 +101,13 @@ def capped_transients(costs: BlockChainCosts, cap: int) -> BlockChainCosts:
     """``costs`` with each block's transients lowered by what its least one exceeds ``cap``:
     per block, the options' backward (``tb``) and forward (``tk``) transients shifted down
     together (so the DP still tells its options apart) until the least is at most ``cap``;
-    the forward transient keeping only the output (``tf``) capped."""
+    the forward transient keeping only the output (``tf``) capped.
+
+    Raises:
+      InvalidOptionError: ``cap`` is negative.
+    """
+    if int(cap) < 0:
+        raise InvalidOptionError(f"capped_transients: cap must be >= 0 bytes, got {cap!r}")
     valid = np.arange(costs.tb.shape[1])[None, :] < costs.nopt[:, None]
 
     def shifted(t):

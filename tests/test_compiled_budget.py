@@ -467,42 +467,48 @@ def test_the_loop_charges_a_plan_the_recomputation_its_trimmed_checkpoints_add()
     assert cost(hier) == _modelled_cost(hier)
 
 
+_FRESH_CONTEXT = r"""
+import dataclasses, json, time, warnings
+import jax.numpy as jnp
+import policies, remat
+from remat.core.errors import InfeasibleBudgetError
+
+seen = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Recording(type(policies.get("sqrtn"))):
+    def solve(self, graph, budget_bytes, ctx):
+        seen.append((ctx.compiled_budget, ctx.time_left(1000.0)))
+        time.sleep(1.0)
+        return super().solve(graph, budget_bytes, ctx)
+
+
+def loss(ws, x):
+    for w in ws:
+        x = jnp.tanh(x @ w)
+    return jnp.sum(x * x)
+
+
+ws = [jnp.full((32, 32), 0.01 * (i + 1)) for i in range(8)]
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    vg = remat.value_and_grad(loss, Recording(), budget="50%")
+    try:
+        semantics = vg.applied(ws, jnp.ones((64, 32))).budget_semantics
+    except InfeasibleBudgetError:
+        semantics = "compiled"  # refused after its plans and compiles
+print(json.dumps(dict(seen=seen, semantics=semantics)))
+"""
+
+
 def test_each_plan_of_the_loop_gets_a_fresh_context_marked_compiled():
     """Every plan the drop-in's loop makes gets ``ctx.compiled_budget`` and the policy's whole
     time limit: the context's clock starts at that plan, not at the first one (a loop of
     several plans and compiles left a time-limited solver less each round)."""
-    import time
-
-    import jax.numpy as jnp
-
-    import policies
-    from remat.compiled_budget import keeps_checkpoint
-
-    if not keeps_checkpoint():
-        pytest.skip("this XLA undoes jax.checkpoint without the flag: no compiled loop")
-
-    seen = []
-
-    @dataclasses.dataclass(frozen=True)
-    class Recording(type(policies.get("sqrtn"))):
-        def solve(self, graph, budget_bytes, ctx):
-            seen.append((ctx.compiled_budget, ctx.time_left(1000.0)))
-            time.sleep(1.0)
-            return super().solve(graph, budget_bytes, ctx)
-
-    def loss(ws, x):
-        for w in ws:
-            x = jnp.tanh(x @ w)
-        return jnp.sum(x * x)
-
-    ws = [jnp.full((32, 32), 0.01 * (i + 1)) for i in range(8)]
-    x = jnp.ones((64, 32))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            remat.value_and_grad(loss, Recording(), budget="50%").applied(ws, x)
-        except InfeasibleBudgetError:
-            pass  # the plans were made and compiled all the same
-    assert len(seen) >= 2, seen
-    assert all(c for c, _ in seen), seen
-    assert min(t for _, t in seen) >= 999.0, seen
+    r = run_json(_FRESH_CONTEXT)
+    assert r["semantics"] == "compiled", r
+    seen = r["seen"]
+    assert len(seen) >= 2, r
+    assert all(c for c, _ in seen), r
+    assert min(t for _, t in seen) >= 999.0, r

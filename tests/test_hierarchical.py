@@ -282,6 +282,8 @@ def test_capped_transients_keep_each_blocks_options_apart(cap):
             else:
                 np.testing.assert_array_equal(t1, t0 - (t0.min() - cap))
     np.testing.assert_array_equal(c.tf, np.minimum(costs.tf, cap))
+    with pytest.raises(InvalidOptionError):
+        capped_transients(costs, -1)
 
 
 def test_bad_options_are_typed():
